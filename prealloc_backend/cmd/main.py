@@ -1,0 +1,57 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""``prealloc-backend``: the plugin's operator command.
+
+Subcommands live in their own modules under prealloc_backend.cmd, each with
+``add_arguments(parser)`` and ``run(args) -> exit status``; they are imported
+only when chosen, so ``check`` never pays for the benchmark's imports.
+"""
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    'bench': 'Measure what each preallocation mode costs and gains on this '
+             'host and filesystem.',
+    'check': 'Tell whether this host will do what nova.conf asks, before '
+             'the first spawn.',
+}
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog='prealloc-backend',
+        description='Operator tools of the prealloc_backend nova plugin.')
+    subparsers = parser.add_subparsers(dest='command', metavar='COMMAND')
+    subparsers.required = True
+    for name, summary in SUBCOMMANDS.items():
+        sub = subparsers.add_parser(name, help=summary, description=summary)
+        sub.set_defaults(module='prealloc_backend.cmd.' + name)
+    return parser
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    # Parse the subcommand name first, then let its module add its options.
+    known, _rest = parser.parse_known_args(argv[:1] if argv else argv)
+    module = importlib.import_module(known.module)
+    sub = argparse.ArgumentParser(prog='prealloc-backend ' + known.command,
+                                  description=SUBCOMMANDS[known.command])
+    module.add_arguments(sub)
+    return module.run(sub.parse_args(argv[1:]))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,114 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The compute driver: nova's LibvirtDriver with the preallocating backend.
+
+nova 34 imports compute drivers only from the ``nova.virt`` package
+(``importutils.import_object('nova.virt.' + compute_driver)``), so
+``compute_driver = prealloc_backend.driver.LibvirtDriver`` cannot work.
+``register()`` makes this module importable as ``nova.virt.prealloc_backend``
+without writing into nova's files; the ``prealloc-nova-compute`` console
+script calls it and then runs nova-compute unchanged, with::
+
+    [DEFAULT]
+    compute_driver = prealloc_backend.LibvirtDriver
+"""
+
+import sys
+
+import nova.virt
+from nova import exception as nova_exception
+from nova.virt.libvirt import driver as libvirt_driver
+from oslo_log import log as logging
+
+from prealloc_backend import backend
+from prealloc_backend import conf
+from prealloc_backend import exception
+from prealloc_backend import modes
+
+LOG = logging.getLogger(__name__)
+CONF = conf.CONF
+
+# compute_driver = <COMPUTE_DRIVER> once register() has run.
+NOVA_VIRT_NAME = 'prealloc_backend'
+COMPUTE_DRIVER = NOVA_VIRT_NAME + '.LibvirtDriver'
+
+
+def register():
+    """Make this module importable as ``nova.virt.prealloc_backend``."""
+    module = sys.modules[__name__]
+    sys.modules.setdefault('nova.virt.' + NOVA_VIRT_NAME, module)
+    if not hasattr(nova.virt, NOVA_VIRT_NAME):
+        setattr(nova.virt, NOVA_VIRT_NAME, module)
+
+
+def _overlay_images_type():
+    """True when the instance disks of this host are qcow2 overlays."""
+    images_type = CONF.libvirt.images_type
+    return images_type == 'qcow2' or (images_type == 'default' and
+                                      CONF.use_cow_images)
+
+
+def validate_config():
+    """Refuse contradictory settings at start-up, naming the options.
+
+    Returns the host's mode.
+    """
+    mode = modes.host_mode(CONF)
+    opts = CONF.prealloc_backend
+    if (mode.preallocates and not opts.qcow2_extended_l2 and
+            _overlay_images_type()):
+        raise exception.ConflictingOptions(
+            reason='[prealloc_backend] qcow2_extended_l2 = False with mode '
+                   '%s: the instance disks are qcow2 overlays (images_type=%s'
+                   ', use_cow_images=%s) and QEMU cannot preallocate an '
+                   'overlay without extended_l2; set qcow2_extended_l2 = True '
+                   'or mode = none' % (mode.value, CONF.libvirt.images_type,
+                                       CONF.use_cow_images))
+    if opts.mode is not None and opts.mode != CONF.preallocate_images:
+        LOG.info('[prealloc_backend] mode = %(mode)s overrides [DEFAULT] '
+                 'preallocate_images = %(nova)s for instance disks',
+                 {'mode': opts.mode, 'nova': CONF.preallocate_images})
+    return mode
+
+
+class LibvirtDriver(libvirt_driver.LibvirtDriver):
+    """nova's libvirt driver whose image backend preallocates disks."""
+
+    def __init__(self, virtapi, read_only=False):
+        super().__init__(virtapi, read_only=read_only)
+        mode = validate_config()
+        self.image_backend = backend.Backend(CONF.use_cow_images)
+        LOG.info('prealloc_backend: host mode %(mode)s, images_type '
+                 '%(type)s, qcow2 extended_l2 %(ext)s, cluster size '
+                 '%(cluster)s, L2 cache %(cache)s',
+                 {'mode': mode.value, 'type': CONF.libvirt.images_type,
+                  'ext': CONF.prealloc_backend.qcow2_extended_l2,
+                  'cluster': CONF.prealloc_backend.qcow2_cluster_size,
+                  'cache': CONF.prealloc_backend.qcow2_l2_cache})
+
+    def spawn(self, context, instance, image_meta, injected_files,
+              admin_password, allocations, network_info=None,
+              block_device_info=None, power_on=True, accel_info=None):
+        try:
+            return super().spawn(
+                context, instance, image_meta, injected_files,
+                admin_password, allocations, network_info=network_info,
+                block_device_info=block_device_info, power_on=power_on,
+                accel_info=accel_info)
+        except exception.PreallocError as exc:
+            # NOTE: abort rather than reschedule. A rescheduled build ends
+            # as 'Exceeded maximum number of retries' and the reason (which
+            # disk, how many bytes) is lost to the user; the failure is a
+            # property of this host that the fault must name.
+            raise nova_exception.BuildAbortException(
+                instance_uuid=instance.uuid, reason=exc.format_message())

@@ -1,0 +1,90 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Typed errors of prealloc_backend.
+
+Each message names the value involved, what was expected and the path, so
+the operator reading a fault or a log line knows what to change. The classes
+derive from nova's NovaException so that nova records them as instance
+faults like its own; they rebuild from their message alone, which is how
+oslo.privsep re-raises an error of the privileged daemon in nova-compute.
+"""
+
+from nova import exception as nova_exception
+
+
+class PreallocError(nova_exception.NovaException):
+    msg_fmt = 'Preallocation failed: %(reason)s'
+
+
+class InvalidPreallocMode(PreallocError, nova_exception.Invalid):
+    msg_fmt = ('Invalid preallocation mode %(value)r from %(source)s: '
+               'allowed values are %(allowed)s')
+
+
+class InvalidFlavorPolicy(PreallocError, nova_exception.Invalid):
+    msg_fmt = ('Invalid value %(value)r for flavor extra spec %(key)s: '
+               'allowed values are %(allowed)s')
+
+
+class ConflictingOptions(PreallocError, nova_exception.Invalid):
+    msg_fmt = 'Conflicting configuration: %(reason)s'
+
+
+class InsufficientDiskSpace(PreallocError):
+    msg_fmt = ('Not enough space to preallocate disk %(path)s: '
+               '%(needed)d bytes needed, %(free)d bytes free on the '
+               'filesystem holding %(directory)s')
+
+
+class FallocateUnsupported(PreallocError):
+    msg_fmt = ('The filesystem holding %(path)s (%(fstype)s) does not support '
+               'fallocate(2) and [prealloc_backend] fallocate_unsupported is '
+               '"fail"; set it to "warn" or "zero-fill", or move '
+               'instances_path to an extent-based filesystem')
+
+
+class AllocationFailed(PreallocError):
+    msg_fmt = 'Preallocating %(path)s failed: %(reason)s'
+
+
+class AllocationTimeout(PreallocError):
+    msg_fmt = ('Preallocating %(path)s did not finish within %(timeout)d s '
+               '([prealloc_backend] allocation_timeout)')
+
+
+class QemuImgError(PreallocError):
+    msg_fmt = ('%(cmd)s failed with exit code %(exit_code)s: %(stderr)s')
+
+    @property
+    def cmd(self):
+        return self.kwargs.get('cmd')
+
+    @property
+    def exit_code(self):
+        return self.kwargs.get('exit_code')
+
+    @property
+    def stderr(self):
+        return self.kwargs.get('stderr')
+
+
+class QemuImgOutputError(PreallocError):
+    msg_fmt = 'Unexpected output of %(cmd)s: %(reason)s; output was %(output)r'
+
+
+class InvalidPath(PreallocError, nova_exception.Invalid):
+    msg_fmt = 'Refusing to preallocate %(path)r: %(reason)s'
+
+
+class InvalidSize(PreallocError, nova_exception.Invalid):
+    msg_fmt = 'Refusing size %(size)r for %(path)r: %(reason)s'

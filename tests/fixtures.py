@@ -1,0 +1,144 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Test fixtures shared by the unit and functional tiers.
+
+Everything here is real: loop-mounted filesystems, qemu-img made images,
+the plugin's privsep entrypoints run in-process (client mode off) unless a
+test starts the real daemon.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import fixtures
+import nova.privsep
+
+from prealloc_backend import fsprobe
+import prealloc_backend.privsep
+
+MKFS = {
+    'ext4': ['mkfs.ext4', '-q', '-F'],
+    # ext4 without extents: fallocate(2) answers EOPNOTSUPP, as on ext3.
+    'ext4-noextents': ['mkfs.ext4', '-q', '-F', '-O', '^extent,^64bit'],
+    'xfs': ['mkfs.xfs', '-q', '-f'],
+}
+# Smallest sizes the tools accept (xfs refuses below 300 MiB).
+MIN_SIZE_MB = {'ext4': 8, 'ext4-noextents': 8, 'xfs': 300}
+
+
+def skip_unless_root(test):
+    if os.geteuid() != 0:
+        test.skipTest('loop mounts need root (CI runs as root)')
+
+
+class LoopFilesystem(fixtures.Fixture):
+    """A real filesystem of ``size_mb`` MiB, loop-mounted on ``self.path``.
+
+    ``kind`` is one of MKFS. Needs root: call skip_unless_root first.
+    """
+
+    def __init__(self, kind, size_mb, parent=None):
+        super().__init__()
+        self.kind = kind
+        self.size_mb = max(size_mb, MIN_SIZE_MB[kind])
+        self.parent = parent
+
+    def _setUp(self):
+        workdir = tempfile.mkdtemp(prefix='prealloc-loop-', dir=self.parent)
+        self.addCleanup(shutil.rmtree, workdir, ignore_errors=True)
+        image = os.path.join(workdir, 'fs.img')
+        with open(image, 'wb') as f:
+            f.truncate(self.size_mb * 1024 * 1024)
+        subprocess.run(MKFS[self.kind] + [image], check=True,
+                       capture_output=True)
+        self.path = os.path.join(workdir, 'mnt')
+        os.mkdir(self.path)
+        subprocess.run(['mount', '-o', 'loop', image, self.path], check=True,
+                       capture_output=True)
+        self.addCleanup(self._umount)
+        # A fresh filesystem may reuse a device number: never trust an
+        # earlier probe result for it.
+        fsprobe.forget()
+        self.addCleanup(fsprobe.forget)
+
+    def _umount(self):
+        subprocess.run(['umount', '-l', self.path], check=False,
+                       capture_output=True)
+
+
+class PrivsepInProcess(fixtures.Fixture):
+    """Run the plugin's (and nova's) privsep entrypoints in this process.
+
+    The entrypoints' own argument checks still run; only the daemon and its
+    socket are left out. One test tier starts the real daemon instead.
+    """
+
+    def _setUp(self):
+        for ctx in (prealloc_backend.privsep.ctx,
+                    nova.privsep.sys_admin_pctxt):
+            ctx.set_client_mode(False)
+            self.addCleanup(ctx.set_client_mode, True)
+
+
+def write_pattern(path, size, seed, data_every=4, block=64 * 1024):
+    """Write a raw file of ``size`` bytes: data blocks of random bytes (from
+    ``seed``) every ``data_every`` blocks, holes in between. Returns the
+    list of (offset, bytes) written.
+    """
+    import random
+    rng = random.Random(seed)
+    written = []
+    with open(path, 'wb') as f:
+        f.truncate(size)
+        for index, offset in enumerate(range(0, size, block)):
+            if index % data_every:
+                continue
+            data = rng.randbytes(min(block, size - offset))
+            f.seek(offset)
+            f.write(data)
+            written.append((offset, data))
+    return written
+
+
+def make_base(path, fmt, size, seed=1):
+    """A base image with non-zero content, as Glance would have given it."""
+    raw = path + '.src' if fmt != 'raw' else path
+    write_pattern(raw, size, seed)
+    if fmt != 'raw':
+        subprocess.run(['qemu-img', 'convert', '-f', 'raw', '-O', fmt, raw,
+                        path], check=True, capture_output=True)
+        os.unlink(raw)
+    return path
+
+
+def qemu_img_info(path):
+    import json
+    out = subprocess.run(['qemu-img', 'info', '--output=json',
+                          '--force-share', path], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def qemu_img_compare(a, b, strict=False):
+    """(returncode, output) of qemu-img compare: 0 means same content."""
+    cmd = ['qemu-img', 'compare', '--force-share']
+    if strict:
+        cmd.append('-s')
+    proc = subprocess.run(cmd + [a, b], capture_output=True, text=True)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def allocated(path):
+    return os.stat(path).st_blocks * 512
