@@ -25,8 +25,8 @@ script calls it and then runs nova-compute unchanged, with::
 
 import sys
 
-import nova.virt
 from nova import exception as nova_exception
+import nova.virt
 from nova.virt.libvirt import driver as libvirt_driver
 from oslo_log import log as logging
 

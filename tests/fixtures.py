@@ -109,6 +109,12 @@ def write_pattern(path, size, seed, data_every=4, block=64 * 1024):
             f.seek(offset)
             f.write(data)
             written.append((offset, data))
+        # NOTE: flushed like a downloaded image would be. On ext4 without
+        # extents (kernel 6.18 seen here) SEEK_DATA misses unflushed
+        # delayed-allocation data, and cp (which nova uses to copy raw
+        # bases) then copies those ranges as holes.
+        f.flush()
+        os.fsync(f.fileno())
     return written
 
 

@@ -1,0 +1,449 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Each format x mode with real files, real qemu-img and real fallocate.
+
+Disks are made the way nova's libvirt driver makes them: through
+``Backend.by_name(...).cache(fetch_func, filename, size, ...)``. Only the
+fetch from Glance is replaced, by a function writing a real base image with
+non-zero content. Every assertion reads the real file: st_blocks, qemu-img
+info / map / compare.
+"""
+
+import json
+import os
+import subprocess
+
+import fixtures
+from lxml import etree
+from nova.virt.libvirt import imagebackend
+from oslo_utils import units
+import testscenarios
+
+from prealloc_backend import backend
+from prealloc_backend import exception
+from prealloc_backend import fsprobe
+from tests import base
+from tests import fixtures as pb_fixtures
+
+load_tests = testscenarios.load_tests_apply_scenarios
+
+DISK = units.Gi
+BASE = 3 * units.Mi + 12345  # not a multiple of any cluster size
+MAPPING = {'bus': 'virtio', 'dev': 'vda', 'type': 'disk'}
+
+
+class BackendTestCase(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.fetches = []
+
+    def image(self, images_type, mode=None, name='disk', extra_specs=None,
+              instance=None, use_cow=True):
+        if mode is not None:
+            self.flags(mode=mode, group='prealloc_backend')
+        self.instance = instance or self.make_instance(extra_specs)
+        return backend.Backend(use_cow).by_name(
+            self.instance, name, images_type, disk_info_mapping=MAPPING)
+
+    def fetch(self, fmt, seed=1, size=BASE):
+        def fetch_func(target, *args, **kwargs):
+            self.fetches.append(target)
+            pb_fixtures.make_base(target, fmt, size, seed)
+        return fetch_func
+
+    def cache(self, img, fmt='raw', size=DISK, filename='base-image',
+              seed=1):
+        img.cache(fetch_func=self.fetch(fmt, seed), filename=filename,
+                  size=size, image_id='image-id')
+        return os.path.join(self.instances_path, '_base', filename)
+
+    def assert_same_content(self, disk, base_path):
+        code, out = pb_fixtures.qemu_img_compare(disk, base_path)
+        self.assertEqual(0, code, out)
+
+    def assert_no_leftovers(self, disk):
+        self.assertFalse(os.path.exists(disk + backend.TMP_SUFFIX))
+        self.assertFalse(os.path.exists(disk + backend.JOURNAL_SUFFIX))
+
+
+class TestQcow2Overlay(BackendTestCase):
+    """qcow2 copy-on-write overlays, per mode."""
+
+    scenarios = [
+        ('none', {'mode': 'none', 'min_alloc': 0, 'max_alloc': units.Mi}),
+        ('metadata', {'mode': 'metadata', 'min_alloc': 300 * units.Ki,
+                      'max_alloc': 2 * units.Mi}),
+        ('space', {'mode': 'space', 'min_alloc': DISK,
+                   'max_alloc': DISK + 4 * units.Mi}),
+        ('full', {'mode': 'full', 'min_alloc': DISK,
+                  'max_alloc': DISK + 4 * units.Mi}),
+    ]
+
+    def test_create(self):
+        img = self.image('qcow2', self.mode)
+        base_path = self.cache(img, fmt='qcow2')
+        info = pb_fixtures.qemu_img_info(img.path)
+        self.assertEqual('qcow2', info['format'])
+        self.assertEqual(DISK, info['virtual-size'])
+        self.assertEqual(base_path, info['backing-filename'])
+        self.assertTrue(info['format-specific']['data']['extended-l2'])
+        self.assertEqual(64 * units.Ki, info['cluster-size'])
+        alloc = pb_fixtures.allocated(img.path)
+        self.assertGreaterEqual(alloc, self.min_alloc)
+        self.assertLessEqual(alloc, self.max_alloc)
+        # The backing file's data stays visible through the overlay.
+        self.assert_same_content(img.path, base_path)
+        self.assert_no_leftovers(img.path)
+        # nova's 'fallocate -n' step is off: a metadata overlay stays small.
+        self.assertFalse(img.preallocate)
+        self.assertEqual(None if self.mode == 'none' else 'native',
+                         img.driver_io)
+
+    def test_guest_sees_base_then_zeros(self):
+        img = self.image('qcow2', self.mode)
+        base_path = self.cache(img, fmt='qcow2')
+        out = subprocess.run(['qemu-img', 'map', '--output=json',
+                              img.path], check=True, capture_output=True,
+                             text=True).stdout
+        extents = json.loads(out)
+        # The base's data range is read from the backing file (depth 1),
+        # never shadowed by zeros of the overlay.
+        first = extents[0]
+        self.assertEqual(0, first['start'])
+        self.assertEqual(1, first['depth'])
+        self.assertTrue(first['data'])
+        self.assertEqual(DISK, extents[-1]['start'] + extents[-1]['length'])
+        self.assert_same_content(img.path, base_path)
+
+    def test_grow_keeps_mode_and_data(self):
+        img = self.image('qcow2', self.mode)
+        base_path = self.cache(img, fmt='qcow2')
+        self.cache(img, fmt='qcow2', size=2 * DISK)
+        info = pb_fixtures.qemu_img_info(img.path)
+        self.assertEqual(2 * DISK, info['virtual-size'])
+        alloc = pb_fixtures.allocated(img.path)
+        if self.mode in ('space', 'full'):
+            self.assertGreaterEqual(alloc, 2 * DISK)
+        else:
+            self.assertLess(alloc, DISK)
+        self.assert_same_content(img.path, base_path)
+        self.assertEqual(1, len(self.fetches))
+        self.assert_no_leftovers(img.path)
+
+
+class TestRaw(BackendTestCase):
+    """raw (flat) disks copied from a raw base, per mode."""
+
+    scenarios = [
+        ('none', {'mode': 'none', 'full': False}),
+        ('metadata', {'mode': 'metadata', 'full': False}),
+        ('space', {'mode': 'space', 'full': True}),
+        ('full', {'mode': 'full', 'full': True}),
+    ]
+
+    def test_create(self):
+        img = self.image('raw', self.mode)
+        base_path = self.cache(img, fmt='raw')
+        self.assertEqual(DISK, os.path.getsize(img.path))
+        alloc = pb_fixtures.allocated(img.path)
+        if self.full:
+            self.assertGreaterEqual(alloc, DISK)
+        else:
+            self.assertLess(alloc, 8 * units.Mi)
+        self.assert_same_content(img.path, base_path)
+        self.assert_no_leftovers(img.path)
+
+    def test_grow_allocates_tail_and_keeps_data(self):
+        img = self.image('raw', self.mode)
+        base_path = self.cache(img, fmt='raw')
+        with open(img.path, 'r+b') as f:
+            f.seek(DISK - 4096)
+            f.write(b'\x5a' * 4096)  # data written by the guest
+        self.cache(img, fmt='raw', size=2 * DISK)
+        self.assertEqual(2 * DISK, os.path.getsize(img.path))
+        alloc = pb_fixtures.allocated(img.path)
+        if self.full:
+            self.assertGreaterEqual(alloc, 2 * DISK)
+        else:
+            self.assertLess(alloc, 8 * units.Mi)
+        with open(img.path, 'rb') as f:
+            f.seek(DISK - 4096)
+            self.assertEqual(b'\x5a' * 4096, f.read(4096))
+            self.assertEqual(bytes(4096), f.read(4096))
+        with open(base_path, 'rb') as src, open(img.path, 'rb') as dst:
+            self.assertEqual(src.read(), dst.read(BASE))
+
+
+class TestGeneratedDisks(BackendTestCase):
+    """Ephemeral and swap disks: generated by nova, not fetched."""
+
+    def ephemeral(self, target, *args, **kwargs):
+        # What nova's _create_ephemeral/_create_swap do, less mkfs:
+        # 'qemu-img create -f raw'.
+        subprocess.run(['qemu-img', 'create', '-f', 'raw', target,
+                        str(kwargs['ephemeral_size'] * units.Gi)],
+                       check=True, capture_output=True)
+
+    def test_raw_ephemeral_space(self):
+        img = self.image('raw', 'space', name='disk.eph0')
+        img.cache(fetch_func=self.ephemeral, filename='ephemeral_1_0706d66',
+                  size=units.Gi, ephemeral_size=1, safe=True)
+        self.assertGreaterEqual(pb_fixtures.allocated(img.path), units.Gi)
+
+    def test_qcow2_ephemeral_metadata(self):
+        img = self.image('qcow2', 'metadata', name='disk.local')
+        img.cache(fetch_func=self.ephemeral, filename='ephemeral_1_0706d66',
+                  size=units.Gi, ephemeral_size=1, safe=True)
+        info = pb_fixtures.qemu_img_info(img.path)
+        self.assertTrue(info['format-specific']['data']['extended-l2'])
+        self.assertEqual(os.path.join(self.instances_path, '_base',
+                                      'ephemeral_1_0706d66'),
+                         info['backing-filename'])
+        # metadata only: L2 tables written, no data clusters.
+        alloc = pb_fixtures.allocated(img.path)
+        self.assertGreater(alloc, 256 * units.Ki)
+        self.assertLess(alloc, 2 * units.Mi)
+
+    def test_rescue_disk_without_size(self):
+        img = self.image('qcow2', 'space', name='disk.rescue')
+        img.cache(fetch_func=self.fetch('qcow2'), filename='rescue-image',
+                  image_id='rescue-image')
+        base_path = os.path.join(self.instances_path, '_base',
+                                 'rescue-image')
+        # qcow2 rounds the base's size up to a 512-byte sector.
+        base_size = pb_fixtures.qemu_img_info(base_path)['virtual-size']
+        info = pb_fixtures.qemu_img_info(img.path)
+        self.assertEqual(base_size, info['virtual-size'])
+        self.assertGreaterEqual(pb_fixtures.allocated(img.path), base_size)
+        self.assert_same_content(img.path, base_path)
+
+    def test_kernel_is_not_allocated(self):
+        img = self.image('raw', 'full', name='kernel')
+        img.cache(fetch_func=self.fetch('raw'), filename='kernel-id',
+                  image_id='kernel-id')
+        self.assertLess(pb_fixtures.allocated(img.path), BASE)
+
+
+class TestFlavorOverride(BackendTestCase):
+
+    def test_flavor_mode_beats_host_mode(self):
+        self.flags(preallocate_images='space')
+        img = self.image('qcow2', extra_specs={'prealloc:mode': 'metadata'})
+        self.cache(img, fmt='qcow2')
+        self.assertLess(pb_fixtures.allocated(img.path), 2 * units.Mi)
+
+    def test_preallocate_images_alone(self):
+        # The one-line setup: nothing in [prealloc_backend].
+        self.flags(preallocate_images='space')
+        img = self.image('qcow2')
+        self.cache(img, fmt='qcow2')
+        self.assertGreaterEqual(pb_fixtures.allocated(img.path), DISK)
+
+    def test_bad_flavor_value_fails_creation_only(self):
+        img = self.image('qcow2', extra_specs={'prealloc:mode': 'turbo'})
+        # Looking at the disk (cleanup, XML of an existing guest) works...
+        self.assertIsNone(img.driver_io)
+        # ...making one says what is wrong.
+        exc = self.assertRaises(exception.InvalidFlavorPolicy, self.cache,
+                                img, 'qcow2')
+        self.assertIn('turbo', str(exc))
+        self.assertFalse(os.path.exists(img.path))
+
+
+class TestGuestXML(BackendTestCase):
+
+    def disk_xml(self, img):
+        return etree.fromstring(img.libvirt_info('none', {}).to_xml())
+
+    def test_qcow2_metadata_cache(self):
+        img = self.image('qcow2', 'space')
+        self.cache(img, fmt='qcow2')
+        dev = self.disk_xml(img)
+        driver = dev.find('driver')
+        self.assertEqual('qcow2', driver.get('type'))
+        self.assertEqual('native', driver.get('io'))
+        max_size = driver.find('metadata_cache/max_size')
+        self.assertEqual('bytes', max_size.get('unit'))
+        # 1 GiB at 64K: four 64K L2 tables + four refcount clusters.
+        self.assertEqual(str(8 * 64 * units.Ki), max_size.text)
+
+    def test_qemu_default_policy(self):
+        self.flags(qcow2_l2_cache='qemu-default', group='prealloc_backend')
+        img = self.image('qcow2', 'space')
+        self.cache(img, fmt='qcow2')
+        self.assertIsNone(self.disk_xml(img).find('driver/metadata_cache'))
+
+    def test_raw_has_none(self):
+        img = self.image('raw', 'space')
+        self.cache(img, fmt='raw')
+        self.assertIsNone(self.disk_xml(img).find('driver/metadata_cache'))
+
+
+class TestFailures(BackendTestCase):
+
+    def test_not_enough_space_raw(self):
+        img = self.image('raw', 'space')
+        exc = self.assertRaises(exception.InsufficientDiskSpace, self.cache,
+                                img, 'raw', 64 * units.Pi)
+        message = str(exc)
+        self.assertIn(img.path, message)
+        self.assertIn('%d bytes needed' % (64 * units.Pi), message)
+        self.assertIn('bytes free', message)
+        self.assertFalse(os.path.exists(img.path))
+        self.assert_no_leftovers(img.path)
+
+    def test_not_enough_space_qcow2(self):
+        img = self.image('qcow2', 'space')
+        exc = self.assertRaises(exception.InsufficientDiskSpace, self.cache,
+                                img, 'qcow2', 64 * units.Pi)
+        self.assertIn(img.path, str(exc))
+        self.assertFalse(os.path.exists(img.path))
+        self.assert_no_leftovers(img.path)
+
+    def test_thin_modes_need_no_space(self):
+        img = self.image('qcow2', 'none')
+        self.cache(img, fmt='qcow2', size=64 * units.Ti)
+        self.assertEqual(64 * units.Ti,
+                         pb_fixtures.qemu_img_info(img.path)['virtual-size'])
+
+    def test_interrupted_creation_is_not_reused(self):
+        img = self.image('raw', 'space')
+        os.makedirs(os.path.dirname(img.path), exist_ok=True)
+        # What a crash mid-creation leaves: a short disk and its journal.
+        with open(img.path, 'wb') as f:
+            f.write(b'half')
+        with open(img.path + backend.JOURNAL_SUFFIX, 'w') as f:
+            json.dump({'created': True}, f)
+        base_path = self.cache(img, fmt='raw')
+        self.assertEqual(DISK, os.path.getsize(img.path))
+        self.assert_same_content(img.path, base_path)
+        self.assert_no_leftovers(img.path)
+
+    def test_interrupted_growth_keeps_the_disk(self):
+        img = self.image('raw', 'none')
+        self.cache(img, fmt='raw')
+        with open(img.path, 'r+b') as f:
+            f.write(b'guest data')
+        with open(img.path + backend.JOURNAL_SUFFIX, 'w') as f:
+            json.dump({'created': False}, f)
+        self.cache(img, fmt='raw')
+        with open(img.path, 'rb') as f:
+            self.assertEqual(b'guest data', f.read(10))
+        self.assert_no_leftovers(img.path)
+
+    def test_stale_tmp_overlay_removed(self):
+        img = self.image('qcow2', 'space')
+        os.makedirs(os.path.dirname(img.path), exist_ok=True)
+        with open(img.path + backend.TMP_SUFFIX, 'wb') as f:
+            f.write(b'partial overlay')
+        self.cache(img, fmt='qcow2')
+        self.assert_no_leftovers(img.path)
+        self.assertTrue(pb_fixtures.qemu_img_info(img.path)['format-specific']
+                        ['data']['extended-l2'])
+
+    def test_failed_qemu_img_leaves_nothing(self):
+        img = self.image('qcow2', 'space')
+        # A base whose format qemu-img reads but cannot back an overlay of
+        # with these options: a qcow2 claiming a missing data file.
+        self.useFixture(fixtures.EnvironmentVariable('LC_ALL', 'C'))
+        self.flags(allocation_timeout=0, group='prealloc_backend')
+        bad_cluster = self.useFixture(fixtures.MockPatchObject(
+            backend.policy, 'cluster_size', return_value=4096))
+        exc = self.assertRaises(exception.QemuImgError, self.cache, img,
+                                'qcow2')
+        self.assertTrue(bad_cluster.mock.called)
+        self.assertIn('extended_l2', str(exc))
+        self.assertIsNotNone(exc.exit_code)
+        self.assertFalse(os.path.exists(img.path))
+        self.assert_no_leftovers(img.path)
+
+
+class TestOtherBackends(BackendTestCase):
+
+    def test_lvm_rbd_ploop_keep_nova_classes(self):
+        be = backend.Backend(True)
+        self.assertIs(imagebackend.Lvm, be.backend('lvm'))
+        self.assertIs(imagebackend.Rbd, be.backend('rbd'))
+        self.assertIs(imagebackend.Ploop, be.backend('ploop'))
+        self.assertIs(backend.Qcow2, be.backend('default'))
+        self.assertIs(backend.Flat, backend.Backend(False).backend('default'))
+        self.assertIs(backend.Flat, be.backend('raw'))
+        self.assertIs(backend.Flat, be.backend('flat'))
+        # isinstance checks in nova's driver still hold.
+        self.assertTrue(issubclass(backend.Qcow2, imagebackend.Qcow2))
+        self.assertTrue(issubclass(backend.Flat, imagebackend.Flat))
+
+
+class TestFilesystems(BackendTestCase):
+    """Real loop-mounted filesystems (root only)."""
+
+    def test_ext4_without_extents_policies(self):
+        self.use_loop_fs('ext4-noextents', 80)
+        self.assertFalse(fsprobe.supports_fallocate(self.instances_path))
+        self.flags(preallocate_images='space')
+        size = 16 * units.Mi
+        # warn: raw stays thin, qcow2 gets metadata preallocation.
+        raw = self.image('raw')
+        self.cache(raw, 'raw', size=size, filename='b1')
+        self.assertLess(pb_fixtures.allocated(raw.path), size // 2)
+        qcow = self.image('qcow2')
+        self.cache(qcow, 'qcow2', size=size, filename='b2')
+        self.assertLess(pb_fixtures.allocated(qcow.path), size // 2)
+        # fail: a clear error, no disk left.
+        self.flags(fallocate_unsupported='fail', group='prealloc_backend')
+        for fmt in ('raw', 'qcow2'):
+            img = self.image(fmt)
+            exc = self.assertRaises(exception.FallocateUnsupported,
+                                    self.cache, img, fmt, size, 'b3')
+            self.assertIn('ext4', str(exc))
+            self.assertFalse(os.path.exists(img.path))
+        # zero-fill: allocated by writing zeros, content intact.
+        self.flags(fallocate_unsupported='zero-fill',
+                   group='prealloc_backend')
+        for fmt in ('raw', 'qcow2'):
+            img = self.image(fmt)
+            base_path = self.cache(img, fmt, size=size, filename='b4' + fmt)
+            self.assertGreaterEqual(pb_fixtures.allocated(img.path), size)
+            self.assert_same_content(img.path, base_path)
+
+    def test_probe_is_per_filesystem(self):
+        tmp = self.instances_path
+        self.assertTrue(fsprobe.supports_fallocate(tmp))
+        self.use_loop_fs('ext4-noextents', 16)
+        self.assertFalse(fsprobe.supports_fallocate(self.instances_path))
+        self.assertTrue(fsprobe.supports_fallocate(tmp))
+        self.assertEqual('ext4', fsprobe.fs_type(self.instances_path))
+
+    def test_xfs_space(self):
+        self.use_loop_fs('xfs', 300)
+        self.flags(preallocate_images='space')
+        for fmt in ('raw', 'qcow2'):
+            img = self.image(fmt)
+            base_path = self.cache(img, fmt, size=64 * units.Mi,
+                                   filename='x' + fmt)
+            self.assertGreaterEqual(pb_fixtures.allocated(img.path),
+                                    64 * units.Mi)
+            self.assert_same_content(img.path, base_path)
+
+    def test_small_filesystem_refuses_before_writing(self):
+        fs = self.use_loop_fs('ext4', 64)
+        self.flags(preallocate_images='space')
+        img = self.image('qcow2')
+        before = fsprobe.free_bytes(fs.path)
+        exc = self.assertRaises(exception.InsufficientDiskSpace, self.cache,
+                                img, 'qcow2', 256 * units.Mi)
+        self.assertIn(img.path, str(exc))
+        self.assertFalse(os.path.exists(img.path))
+        # Only the base image (a few MiB) was written.
+        self.assertGreater(fsprobe.free_bytes(fs.path), before - 8 * units.Mi)

@@ -1,0 +1,102 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Options: nova's preallocate_images untouched, ours registered cleanly."""
+
+import importlib.metadata
+import subprocess
+import sys
+
+from oslo_config import cfg
+
+from prealloc_backend import conf
+from tests import base
+
+
+def _run(code):
+    return subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True)
+
+
+class TestImportOrders(base.TestCase):
+    """Both import orders load, and preallocate_images stays nova's."""
+
+    CHECK = (
+        'import nova.conf.compute as c\n'
+        'from prealloc_backend import conf as p\n'
+        'opt = p.CONF._get_opt_info("preallocate_images")["opt"]\n'
+        'assert opt is [o for o in c.ALL_OPTS\n'
+        '               if o.name == "preallocate_images"][0], opt\n'
+        'assert list(opt.type.choices) == ["none", "space"]\n'
+        'assert "mode" in p.CONF.prealloc_backend\n'
+        'print("ok")\n')
+
+    def test_nova_first(self):
+        proc = _run('import nova.conf\nimport prealloc_backend.conf\n' +
+                    self.CHECK)
+        self.assertEqual('ok', proc.stdout.strip(), proc.stderr)
+
+    def test_plugin_first(self):
+        proc = _run('import prealloc_backend.conf\nimport nova.conf\n' +
+                    self.CHECK)
+        self.assertEqual('ok', proc.stdout.strip(), proc.stderr)
+
+    def test_driver_module_first(self):
+        proc = _run('import prealloc_backend.driver\nimport nova.conf\n' +
+                    self.CHECK)
+        self.assertEqual('ok', proc.stdout.strip(), proc.stderr)
+
+
+class TestOpts(base.TestCase):
+
+    def test_entry_point_loads_by_name(self):
+        eps = importlib.metadata.entry_points(group='oslo.config.opts',
+                                              name='prealloc_backend')
+        self.assertEqual(1, len(eps))
+        list_opts = list(eps)[0].load()
+        self.assertIs(conf.list_opts, list_opts)
+        groups = dict((group.name, opts) for group, opts in list_opts())
+        names = sorted(opt.name for opt in groups['prealloc_backend'])
+        self.assertEqual(sorted(opt.name for opt in conf.prealloc_opts),
+                         names)
+        self.assertNotIn('preallocate_images', names)
+
+    def test_list_opts_returns_copies(self):
+        (_group, opts), = [item for item in conf.list_opts()
+                           if item[0].name == 'prealloc_backend']
+        self.assertEqual(conf.prealloc_opts, opts)
+        self.assertIsNot(conf.prealloc_opts[0], opts[0])
+
+    def test_register_opts_is_idempotent(self):
+        conf.register_opts(base.CONF)
+        fresh = cfg.ConfigOpts()
+        conf.register_opts(fresh)
+        conf.register_opts(fresh)
+        fresh([], default_config_files=[])
+        self.assertIsNone(fresh.prealloc_backend.mode)
+        self.assertEqual('auto', fresh.prealloc_backend.qcow2_cluster_size)
+
+    def test_every_option_has_choices_or_bounds(self):
+        for opt in conf.prealloc_opts:
+            if isinstance(opt, cfg.StrOpt):
+                self.assertTrue(opt.type.choices, opt.name)
+            elif isinstance(opt, cfg.IntOpt):
+                self.assertIsNotNone(opt.type.min, opt.name)
+            self.assertTrue(opt.help.strip(), opt.name)
+
+    def test_bad_value_names_option_and_choices(self):
+        self.flags_fixture.load_raw_values(group='prealloc_backend',
+                                           mode='fast')
+        exc = self.assertRaises(cfg.ConfigFileValueError, getattr,
+                                base.CONF.prealloc_backend, 'mode')
+        self.assertIn('fast', str(exc))
+        self.assertIn('metadata', str(exc))
