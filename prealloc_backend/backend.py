@@ -36,7 +36,9 @@ import os
 import threading
 import time
 
+from nova.compute import task_states
 from nova import exception as nova_exception
+from nova import objects
 from nova import utils as nova_utils
 from nova.virt import images
 from nova.virt.libvirt import imagebackend
@@ -312,6 +314,26 @@ class Flat(_PreallocImage, imagebackend.Flat):
                     return
         self._zero_fill(size)
 
+    def _check_not_deleted(self):
+        """Raise AllocationCancelled when the instance is being deleted.
+
+        Zero-filling a large disk takes minutes; a user deleting the server
+        meanwhile should not wait for it, nor leave the disk behind.
+        """
+        instance = self._prealloc_instance
+        context = getattr(instance, '_context', None)
+        if instance is None or context is None:
+            return
+        try:
+            current = objects.Instance.get_by_uuid(context, instance.uuid,
+                                                   expected_attrs=[])
+        except nova_exception.InstanceNotFound:
+            raise exception.AllocationCancelled(
+                path=self.path, reason='the instance was deleted')
+        if current.task_state == task_states.DELETING or current.deleted:
+            raise exception.AllocationCancelled(
+                path=self.path, reason='the instance is being deleted')
+
     def _zero_fill(self, size):
         timeout = self._opts.allocation_timeout
         interval = self._opts.progress_interval
@@ -331,6 +353,7 @@ class Flat(_PreallocImage, imagebackend.Flat):
                                                   timeout=timeout)
             if now - last_log >= interval:
                 last_log = now
+                self._check_not_deleted()
                 done = offset + length
                 LOG.info('Zero-filling %(path)s: %(done)d of %(total)d MiB '
                          '(%(pct)d%%), %(rate).0f MiB/s',

@@ -62,6 +62,10 @@ class AllocationTimeout(PreallocError):
                '([prealloc_backend] allocation_timeout)')
 
 
+class AllocationCancelled(PreallocError):
+    msg_fmt = ('Preallocating %(path)s was cancelled: %(reason)s')
+
+
 class QemuImgError(PreallocError):
     msg_fmt = ('%(cmd)s failed with exit code %(exit_code)s: %(stderr)s')
 

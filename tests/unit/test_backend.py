@@ -25,6 +25,7 @@ import subprocess
 
 import fixtures
 from lxml import etree
+from nova import objects
 from nova.virt.libvirt import imagebackend
 from oslo_utils import units
 import testscenarios
@@ -365,6 +366,47 @@ class TestFailures(BackendTestCase):
         self.assertTrue(bad_cluster.mock.called)
         self.assertIn('extended_l2', str(exc))
         self.assertIsNotNone(exc.exit_code)
+        self.assertFalse(os.path.exists(img.path))
+        self.assert_no_leftovers(img.path)
+
+
+class TestLongZeroFill(BackendTestCase):
+    """Timeout and cancellation between zero-fill calls."""
+
+    def setUp(self):
+        super().setUp()
+        self.useFixture(fixtures.MockPatchObject(
+            backend, 'ZERO_FILL_CALL_BYTES', 16 * units.Mi))
+        # NOTE: a clock that jumps 10 s per reading, so that 'minutes of
+        # zero-filling' happen in a unit test without a timing assertion.
+        clock = iter(range(0, 10 ** 6, 10))
+        self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.backend.time.monotonic',
+            side_effect=lambda: next(clock)))
+
+    def test_timeout_removes_the_disk(self):
+        self.flags(allocation_timeout=5, group='prealloc_backend')
+        img = self.image('raw', 'full')
+        exc = self.assertRaises(exception.AllocationTimeout, self.cache,
+                                img, 'raw', 64 * units.Mi)
+        self.assertIn('5 s', str(exc))
+        self.assertFalse(os.path.exists(img.path))
+        self.assert_no_leftovers(img.path)
+
+    def test_deleted_instance_cancels(self):
+        img = self.image('raw', 'full')
+        self.instance._context = mock_context = object()
+        deleting = objects.Instance(uuid=self.instance.uuid,
+                                    task_state='deleting', deleted=False)
+        # NOTE: no database in the unit tier: the lookup nova's conductor
+        # would answer is replaced (the functional tier deletes for real).
+        lookup = self.useFixture(fixtures.MockPatchObject(
+            objects.Instance, 'get_by_uuid', return_value=deleting)).mock
+        exc = self.assertRaises(exception.AllocationCancelled, self.cache,
+                                img, 'raw', 64 * units.Mi)
+        lookup.assert_called_with(mock_context, self.instance.uuid,
+                                  expected_attrs=[])
+        self.assertIn('being deleted', str(exc))
         self.assertFalse(os.path.exists(img.path))
         self.assert_no_leftovers(img.path)
 
