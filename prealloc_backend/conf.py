@@ -21,6 +21,7 @@ Importing nova.conf guarantees it exists with nova's own definition.
 import copy
 
 from oslo_config import cfg
+from oslo_privsep import priv_context
 
 import nova.conf
 
@@ -174,6 +175,11 @@ def register_opts(conf):
     conf.register_opts(prealloc_opts, group=prealloc_group)
 
 
+# Registered by oslo.privsep for the plugin's context
+# (prealloc_backend.privsep.ctx): helper_command, user, capabilities...
+PRIVSEP_GROUP = 'prealloc_backend_privsep'
+
+
 def list_opts():
     """Return the plugin's options for oslo-config-generator.
 
@@ -181,8 +187,12 @@ def list_opts():
     sample configuration is generated with::
 
         oslo-config-generator --namespace prealloc_backend
+
+    It includes the ``[prealloc_backend_privsep]`` section that oslo.privsep
+    registers for the plugin's daemon.
     """
-    return [(prealloc_group, copy.deepcopy(prealloc_opts))]
+    return [(prealloc_group, copy.deepcopy(prealloc_opts)),
+            (PRIVSEP_GROUP, copy.deepcopy(priv_context.OPTS))]
 
 
 register_opts(CONF)

@@ -27,9 +27,11 @@ its full path so that privileged calls stand out where they are made.
 from oslo_privsep import capabilities
 from oslo_privsep import priv_context
 
+from prealloc_backend import conf
+
 ctx = priv_context.PrivContext(
     'prealloc_backend',
-    cfg_section='prealloc_backend_privsep',
+    cfg_section=conf.PRIVSEP_GROUP,
     pypath=__name__ + '.ctx',
     capabilities=[capabilities.CAP_DAC_OVERRIDE],
 )

@@ -64,15 +64,18 @@ class TestOpts(base.TestCase):
         self.assertEqual(1, len(eps))
         list_opts = list(eps)[0].load()
         self.assertIs(conf.list_opts, list_opts)
-        groups = dict((group.name, opts) for group, opts in list_opts())
+        groups = dict((getattr(group, 'name', group), opts)
+                      for group, opts in list_opts())
         names = sorted(opt.name for opt in groups['prealloc_backend'])
         self.assertEqual(sorted(opt.name for opt in conf.prealloc_opts),
                          names)
         self.assertNotIn('preallocate_images', names)
+        self.assertIn('helper_command', [
+            opt.name for opt in groups['prealloc_backend_privsep']])
 
     def test_list_opts_returns_copies(self):
         (_group, opts), = [item for item in conf.list_opts()
-                           if item[0].name == 'prealloc_backend']
+                           if item[0] is conf.prealloc_group]
         self.assertEqual(conf.prealloc_opts, opts)
         self.assertIsNot(conf.prealloc_opts[0], opts[0])
 
