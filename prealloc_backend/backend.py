@@ -189,6 +189,103 @@ class _PreallocImage:
     def _allocate_existing(self):
         """Hook: allocate the blocks of the disk as it now is."""
 
+    def _raw_plan(self):
+        return policy.raw_plan(self.prealloc_mode, self._fallocate_ok(),
+                               self._opts.fallocate_unsupported, self.path,
+                               self._fstype())
+
+    def _allocate_file(self):
+        """Allocate every block of the file as it is now (holes only):
+        fallocate, or zero-fill, as the mode and the filesystem say.
+        """
+        plan = self._raw_plan()
+        if plan.warning:
+            LOG.warning('%(path)s: %(warning)s',
+                        {'path': self.path, 'warning': plan.warning})
+        if plan.action == policy.RAW_NOTHING:
+            return
+        st = os.stat(self.path)
+        size = st.st_size
+        # NOTE: st_blocks, not SEEK_HOLE: blocks reserved by fallocate are
+        # unwritten extents that SEEK_HOLE may report as holes, and a disk
+        # allocated long ago must not fail a hard reboot on a full host.
+        unallocated = max(0, size - st.st_blocks * 512)
+        if not unallocated and plan.action == policy.RAW_FALLOCATE:
+            return
+        fsprobe.check_free_space(self.path, unallocated)
+        if plan.action == policy.RAW_FALLOCATE:
+            try:
+                prealloc_backend.privsep.fs.fallocate_range(self.path, 0,
+                                                            size)
+                LOG.info('Allocated %(path)s (%(size)d bytes, '
+                         '%(holes)d were not allocated)',
+                         {'path': self.path, 'size': size,
+                          'holes': unallocated})
+                return
+            except OSError as exc:
+                if not fileops.is_unsupported(exc):
+                    raise exception.AllocationFailed(path=self.path,
+                                                     reason=str(exc))
+                fsprobe.record_unsupported(os.path.dirname(self.path))
+                plan = self._raw_plan()
+                if plan.warning:
+                    LOG.warning('%(path)s: %(warning)s',
+                                {'path': self.path, 'warning': plan.warning})
+                if plan.action != policy.RAW_ZERO_FILL:
+                    return
+        self._zero_fill(size)
+
+    def _check_not_deleted(self):
+        """Raise AllocationCancelled when the instance is being deleted.
+
+        Zero-filling a large disk takes minutes; a user deleting the server
+        meanwhile should not wait for it, nor leave the disk behind.
+        """
+        instance = self._prealloc_instance
+        context = getattr(instance, '_context', None)
+        if instance is None or context is None:
+            return
+        try:
+            current = objects.Instance.get_by_uuid(context, instance.uuid,
+                                                   expected_attrs=[])
+        except nova_exception.InstanceNotFound:
+            raise exception.AllocationCancelled(
+                path=self.path, reason='the instance was deleted')
+        if current.task_state == task_states.DELETING or current.deleted:
+            raise exception.AllocationCancelled(
+                path=self.path, reason='the instance is being deleted')
+
+    def _zero_fill(self, size):
+        timeout = self._opts.allocation_timeout
+        interval = self._opts.progress_interval
+        started = last_log = time.monotonic()
+        written = 0
+        for offset in range(0, size, ZERO_FILL_CALL_BYTES):
+            length = min(ZERO_FILL_CALL_BYTES, size - offset)
+            try:
+                written += prealloc_backend.privsep.fs.zero_fill_range(
+                    self.path, offset, length)
+            except OSError as exc:
+                raise exception.AllocationFailed(path=self.path,
+                                                 reason=str(exc))
+            now = time.monotonic()
+            if timeout and now - started > timeout:
+                raise exception.AllocationTimeout(path=self.path,
+                                                  timeout=timeout)
+            if now - last_log >= interval:
+                last_log = now
+                self._check_not_deleted()
+                done = offset + length
+                LOG.info('Zero-filling %(path)s: %(done)d of %(total)d MiB '
+                         '(%(pct)d%%), %(rate).0f MiB/s',
+                         {'path': self.path, 'done': done // units.Mi,
+                          'total': size // units.Mi,
+                          'pct': 100 * done // size,
+                          'rate': written / units.Mi / (now - started)})
+        LOG.info('Zero-filled %(path)s: %(written)d bytes written in '
+                 '%(secs).1f s', {'path': self.path, 'written': written,
+                                  'secs': time.monotonic() - started})
+
     def _grow_qcow2(self, size):
         """Grow a qcow2 file to ``size``, preallocating the new area."""
         info = qemu.info(self.path, 'qcow2')
@@ -261,11 +358,6 @@ class Flat(_PreallocImage, imagebackend.Flat):
     def _is_instance_disk(self):
         return self.disk_name not in NOT_DISKS
 
-    def _raw_plan(self):
-        return policy.raw_plan(self.prealloc_mode, self._fallocate_ok(),
-                               self._opts.fallocate_unsupported, self.path,
-                               self._fstype())
-
     def _check_space_for_new_disk(self, size):
         if not size or not self._is_instance_disk():
             return
@@ -282,88 +374,7 @@ class Flat(_PreallocImage, imagebackend.Flat):
         if (not self._is_instance_disk() or self.driver_format != 'raw' or
                 not self.exists()):
             return
-        plan = self._raw_plan()
-        if plan.warning:
-            LOG.warning('%(path)s: %(warning)s',
-                        {'path': self.path, 'warning': plan.warning})
-        if plan.action == policy.RAW_NOTHING:
-            return
-        size = os.path.getsize(self.path)
-        holes = prealloc_backend.privsep.fs.hole_bytes(self.path)
-        if not holes:
-            return
-        fsprobe.check_free_space(self.path, holes)
-        if plan.action == policy.RAW_FALLOCATE:
-            try:
-                prealloc_backend.privsep.fs.fallocate_range(self.path, 0,
-                                                            size)
-                LOG.info('Allocated %(path)s (%(size)d bytes, '
-                         '%(holes)d were holes)',
-                         {'path': self.path, 'size': size, 'holes': holes})
-                return
-            except OSError as exc:
-                if not fileops.is_unsupported(exc):
-                    raise exception.AllocationFailed(path=self.path,
-                                                     reason=str(exc))
-                fsprobe.record_unsupported(os.path.dirname(self.path))
-                plan = self._raw_plan()
-                if plan.warning:
-                    LOG.warning('%(path)s: %(warning)s',
-                                {'path': self.path, 'warning': plan.warning})
-                if plan.action != policy.RAW_ZERO_FILL:
-                    return
-        self._zero_fill(size)
-
-    def _check_not_deleted(self):
-        """Raise AllocationCancelled when the instance is being deleted.
-
-        Zero-filling a large disk takes minutes; a user deleting the server
-        meanwhile should not wait for it, nor leave the disk behind.
-        """
-        instance = self._prealloc_instance
-        context = getattr(instance, '_context', None)
-        if instance is None or context is None:
-            return
-        try:
-            current = objects.Instance.get_by_uuid(context, instance.uuid,
-                                                   expected_attrs=[])
-        except nova_exception.InstanceNotFound:
-            raise exception.AllocationCancelled(
-                path=self.path, reason='the instance was deleted')
-        if current.task_state == task_states.DELETING or current.deleted:
-            raise exception.AllocationCancelled(
-                path=self.path, reason='the instance is being deleted')
-
-    def _zero_fill(self, size):
-        timeout = self._opts.allocation_timeout
-        interval = self._opts.progress_interval
-        started = last_log = time.monotonic()
-        written = 0
-        for offset in range(0, size, ZERO_FILL_CALL_BYTES):
-            length = min(ZERO_FILL_CALL_BYTES, size - offset)
-            try:
-                written += prealloc_backend.privsep.fs.zero_fill_range(
-                    self.path, offset, length)
-            except OSError as exc:
-                raise exception.AllocationFailed(path=self.path,
-                                                 reason=str(exc))
-            now = time.monotonic()
-            if timeout and now - started > timeout:
-                raise exception.AllocationTimeout(path=self.path,
-                                                  timeout=timeout)
-            if now - last_log >= interval:
-                last_log = now
-                self._check_not_deleted()
-                done = offset + length
-                LOG.info('Zero-filling %(path)s: %(done)d of %(total)d MiB '
-                         '(%(pct)d%%), %(rate).0f MiB/s',
-                         {'path': self.path, 'done': done // units.Mi,
-                          'total': size // units.Mi,
-                          'pct': 100 * done // size,
-                          'rate': written / units.Mi / (now - started)})
-        LOG.info('Zero-filled %(path)s: %(written)d bytes written in '
-                 '%(secs).1f s', {'path': self.path, 'written': written,
-                                  'secs': time.monotonic() - started})
+        self._allocate_file()
 
 
 class Qcow2(_PreallocImage, imagebackend.Qcow2):
@@ -420,6 +431,18 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
                       'secs': time.monotonic() - started})
 
         create_overlay()
+
+    def _allocate_existing(self):
+        # NOTE: nova copies the disks of a resized or cold-migrated
+        # instance with 'cp -r' (same host or shared storage) or 'rsync
+        # --sparse': the blocks preallocation=falloc reserved come out as
+        # holes, while the qcow2 metadata still maps every cluster (seen
+        # under real libvirt: a 1 GiB space overlay resized to 2 GiB kept
+        # only the new GiB allocated). Reserve the file's blocks again as
+        # for a raw file; a disk this plugin just made has no holes.
+        if (self.exists() and
+                self.prealloc_mode in (modes.Mode.SPACE, modes.Mode.FULL)):
+            self._allocate_file()
 
     @staticmethod
     def _checked_base(base, safe):

@@ -143,6 +143,26 @@ class TestQcow2Overlay(BackendTestCase):
         self.assert_no_leftovers(img.path)
 
 
+class TestSparseCopy(BackendTestCase):
+    """nova copies a resized or migrated instance's disks sparsely."""
+
+    scenarios = [('qcow2', {'fmt': 'qcow2'}), ('raw', {'fmt': 'raw'})]
+
+    def test_reallocated_after_sparse_copy(self):
+        img = self.image(self.fmt, 'space')
+        base_path = self.cache(img, fmt=self.fmt)
+        # What 'cp -r' / 'rsync --sparse' of migrate_disk_and_power_off
+        # does to the reserved blocks.
+        copy = img.path + '.copy'
+        subprocess.run(['cp', '--sparse=always', img.path, copy], check=True)
+        os.rename(copy, img.path)
+        self.assertLess(pb_fixtures.allocated(img.path), DISK // 2)
+        self.cache(img, fmt=self.fmt)
+        self.assertGreaterEqual(pb_fixtures.allocated(img.path), DISK)
+        self.assert_same_content(img.path, base_path)
+        self.assert_no_leftovers(img.path)
+
+
 class TestRaw(BackendTestCase):
     """raw (flat) disks copied from a raw base, per mode."""
 
