@@ -21,6 +21,7 @@ Importing nova.conf guarantees it exists with nova's own definition.
 import copy
 
 from oslo_config import cfg
+from oslo_privsep import capabilities
 from oslo_privsep import priv_context
 
 import nova.conf
@@ -55,7 +56,16 @@ MODE_CHOICES = [
              'overwritten). Slow for large disks, the strongest guarantee.'),
 ]
 
-CLUSTER_SIZE_CHOICES = ['auto', '64K', '128K', '256K', '512K', '1M', '2M']
+CLUSTER_SIZE_CHOICES = [
+    ('auto', 'Per disk: the smallest cluster whose default L2 cache covers '
+             'the whole disk.'),
+    ('64K', "QEMU's default; the cache covers 128 GiB with extended_l2."),
+    ('128K', 'Covers 256 GiB.'),
+    ('256K', 'Covers 512 GiB.'),
+    ('512K', 'Covers 1 TiB.'),
+    ('1M', 'Covers 2 TiB.'),
+    ('2M', 'Covers 4 TiB; the largest qcow2 cluster.'),
+]
 
 L2_CACHE_CHOICES = [
     ('full-coverage', 'Add <metadata_cache><max_size> to each qcow2 disk of '
@@ -110,12 +120,12 @@ Cluster size of the qcow2 overlays this plugin creates.
 
 ``auto`` picks, per disk, the smallest cluster (64K and up) for which QEMU's
 default 32 MiB L2 cache covers the whole virtual disk with extended_l2's
-16-byte L2 entries: 64K up to 128 GiB, 128K to 256 GiB, 256K to 512 GiB, 512K
-to 1 TiB, 1M to 2 TiB, 2M beyond. Random I/O over a disk larger than the cache
-covers thrashes the cache (measured on a 1 TiB disk: 6.9 s versus 0.06 s),
-while larger clusters cost nothing once the overlay is preallocated and, with
-extended_l2, copy-on-write still works in 1/32-cluster subclusters. A fixed
-value applies to every overlay.
+16-byte L2 entries: 64K up to 128 GiB, 128K to 256 GiB, 256K to 512 GiB,
+512K to 1 TiB, 1M to 2 TiB, 2M beyond. Random I/O over a disk larger than
+the cache covers thrashes the cache (measured on a 1 TiB disk: 6.9 s versus
+0.06 s), while larger clusters cost nothing once the overlay is preallocated
+and, with extended_l2, copy-on-write still works in 1/32-cluster
+subclusters. A fixed value applies to every overlay.
 """),
     cfg.StrOpt('qcow2_l2_cache',
         choices=L2_CACHE_CHOICES,
@@ -180,6 +190,34 @@ def register_opts(conf):
 PRIVSEP_GROUP = 'prealloc_backend_privsep'
 
 
+privsep_group = cfg.OptGroup(
+    PRIVSEP_GROUP,
+    title='Privileged daemon of prealloc_backend',
+    help="""
+oslo.privsep options of the plugin's privileged daemon, which allocates the
+blocks of instance disks (fallocate(2), zero-fill) with the single capability
+CAP_DAC_OVERRIDE. nova-compute starts it through its root helper (``sudo
+nova-rootwrap /etc/nova/rootwrap.conf privsep-helper --config-file ...
+--privsep_context prealloc_backend.privsep.ctx ...``) unless
+``helper_command`` is set. A helper command must pass the nova.conf files
+(``--config-file``): the daemon checks every disk path against ``[DEFAULT]
+instances_path`` as its own configuration reads it. ``prealloc-backend
+check`` verifies this setup.
+""")
+
+
+def _privsep_opts():
+    opts = copy.deepcopy(priv_context.OPTS)
+    for opt in opts:
+        if opt.dest == 'capabilities':
+            # NOTE: the context sets this default (set_default) when it is
+            # created; the library's own default is an empty list, which
+            # the sample would show otherwise.
+            opt.default = [capabilities.CAP_DAC_OVERRIDE]
+            opt.sample_default = 'CAP_DAC_OVERRIDE'
+    return opts
+
+
 def list_opts():
     """Return the plugin's options for oslo-config-generator.
 
@@ -192,7 +230,7 @@ def list_opts():
     registers for the plugin's daemon.
     """
     return [(prealloc_group, copy.deepcopy(prealloc_opts)),
-            (PRIVSEP_GROUP, copy.deepcopy(priv_context.OPTS))]
+            (privsep_group, _privsep_opts())]
 
 
 register_opts(CONF)
