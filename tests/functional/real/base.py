@@ -1,0 +1,547 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Base of the real-hypervisor tier.
+
+nova's in-process API, conductor and scheduler (its functional framework,
+``_IntegratedTestBase``) with one compute service whose driver is the
+plugin's, loaded by ``nova.virt.driver.load_compute_driver`` with
+``compute_driver = prealloc_backend.LibvirtDriver``, on the REAL libvirt
+connection ``qemu:///system``: real libvirtd, real QEMU (``virt_type=qemu``,
+TCG), real guests booted from disks the plugin made. Only Glance, Neutron,
+Cinder and Placement are nova's in-process fixtures; servers have no
+network.
+
+The guest is prealloc_backend.guest's tiny kernel + busybox initramfs,
+uploaded to the Glance fixture as kernel and ramdisk images that the root
+disk image names (kernel_id, ramdisk_id, os_command_line).
+
+Needs root, a libvirtd answering on qemu:///system with a test-box
+qemu.conf (QEMU as root, no security driver), the libvirt python module and
+a guest kernel: ``.ci/libvirt-up`` provides all of them. Without them the
+tests skip with the reason; with CI=true they fail instead.
+"""
+
+import builtins
+import functools
+import glob
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+
+import fixtures
+from lxml import etree
+from nova.tests.functional import integrated_helpers
+from oslo_log import log as logging
+from oslo_utils import units
+import psutil
+
+from prealloc_backend import conf as pb_conf
+from prealloc_backend import driver as pb_driver
+from prealloc_backend import guest as pb_guest
+from prealloc_backend import policy
+from tests import fixtures as pb_fixtures
+
+try:
+    # NOTE: imported here, before any test runs: nova's test base installs
+    # an import hook that refuses 'libvirt' (ImportModulePoisonFixture), and
+    # a hook only sees modules not imported yet. nova's own libvirt modules
+    # then pick this one up from sys.modules.
+    import libvirt
+except ImportError:
+    libvirt = None
+
+LOG = logging.getLogger(__name__)
+CONF = pb_conf.CONF
+
+URI = 'qemu:///system'
+# Domain names of this tier (instance_name_template), so that nothing else
+# on the host is ever touched by the clean-ups.
+DOMAIN_PREFIX = 'prealloc-real-'
+INSTANCE_NAME_TEMPLATE = DOMAIN_PREFIX + '%(uuid)s'
+QEMU_PID_DIR = '/run/libvirt/qemu'
+BASE_IMAGE_SIZE = 4 * units.Mi
+GUEST_MEMORY_MB = 256
+# Seconds a TCG guest gets to reach its report on the console.
+CONSOLE_TIMEOUT = 90
+
+# NOTE: nova's test base poisons these for every test (GenericPoisonFixture,
+# SysFsPoisonFixture) so that unit tests cannot read the host. This tier is
+# about the host: the real libvirt driver reads /sys, os.uname() and the
+# host's addresses at start-up. The real functions are kept here, at import
+# time, before any poison is installed, and put back in each test.
+REAL_FUNCTIONS = {
+    'builtins.open': builtins.open,
+    'os.path.isdir': os.path.isdir,
+    'os.listdir': os.listdir,
+    'os.uname': os.uname,
+    'glob.glob': glob.glob,
+    'glob.iglob': glob.iglob,
+    'psutil.net_if_addrs': psutil.net_if_addrs,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def environment_problem():
+    """None when this host can run the tier, else why it cannot."""
+    if os.geteuid() != 0:
+        return ('the real-hypervisor tier needs root (QEMU runs as root '
+                'with the test-box qemu.conf of .ci/libvirt-up)')
+    if libvirt is None:
+        return ('the libvirt python module is not installed '
+                '(pip install libvirt-python; tox -e functional-real does)')
+    for tool in ('qemu-system-x86_64', 'virsh', 'qemu-img'):
+        if not _which(tool):
+            return '%s is not installed: run .ci/libvirt-up' % tool
+    libvirt.registerErrorHandler(_silence_libvirt_errors, None)
+    try:
+        conn = libvirt.open(URI)
+    except libvirt.libvirtError as exc:
+        return ('no libvirtd answers on %s (%s): run .ci/libvirt-up '
+                '(CI=true or PREALLOC_REAL_LIBVIRT=1)' % (URI, exc))
+    try:
+        conn.getVersion()
+    finally:
+        conn.close()
+    try:
+        pb_guest.build_guest()
+    except pb_guest.GuestError as exc:
+        return 'no tiny guest can be built: %s' % exc
+    return None
+
+
+def _which(tool):
+    for directory in os.environ.get('PATH', '').split(os.pathsep):
+        if os.access(os.path.join(directory, tool), os.X_OK):
+            return True
+    return False
+
+
+def require_environment(test):
+    """Skip ``test`` with the reason, or fail it under CI=true."""
+    problem = environment_problem()
+    if problem is None:
+        return
+    if os.environ.get('CI') == 'true':
+        test.fail('CI=true and the real-hypervisor tier cannot run: %s' %
+                  problem)
+    test.skipTest(problem)
+
+
+def _silence_libvirt_errors(_ctx, _err):
+    """libvirt prints every error on stderr by default; tests read the
+    exceptions instead.
+    """
+
+
+def md5_of_file(path, length):
+    with open(path, 'rb') as f:
+        return hashlib.md5(f.read(length)).hexdigest()
+
+
+class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
+    """nova's integrated services plus one compute on the real libvirt.
+
+    A test class chooses the host configuration (read once, when the
+    compute starts): IMAGES_TYPE, PREALLOCATE_IMAGES (nova's own option),
+    PREALLOC_MODE ([prealloc_backend] mode, None to follow nova's) and
+    COMPUTE_DRIVER (stock nova's 'libvirt.LibvirtDriver' for controls).
+    Flavors choose the mode per instance with the prealloc:mode extra spec.
+    """
+
+    IMAGES_TYPE = 'qcow2'
+    PREALLOCATE_IMAGES = 'none'
+    PREALLOC_MODE = None
+    COMPUTE_DRIVER = pb_driver.COMPUTE_DRIVER
+    microversion = 'latest'
+    ADMIN_API = True
+
+    def setUp(self):
+        require_environment(self)
+        self._server_ids = set()
+        self.instances_path = self.useFixture(fixtures.TempDir()).path
+        super().setUp()
+        # After the services (cleanups run last-in first-out): no domain of
+        # this test outlives it, whatever happened.
+        self.addCleanup(self._destroy_domains)
+        self.guest = pb_guest.build_guest()
+        self._images = {}
+
+    # -- services ---------------------------------------------------------
+
+    def _undo_host_poisons(self):
+        for name, real in REAL_FUNCTIONS.items():
+            self.useFixture(fixtures.MonkeyPatch(name, real))
+        # NOTE: nova's libvirt event loop (a native thread per Host running
+        # virEventRunDefaultImpl) can be registered only once per process
+        # and would outlive the test; nova's PoisonFunctions makes it exit
+        # the process. The tier does without events: nova polls domain
+        # states where it waits (spawn, reboot), and nothing here needs
+        # lifecycle events.
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.libvirt.host.Host._init_events', lambda host: None))
+        # NOTE: every test has its own in-memory cloud but they all share
+        # the host's libvirtd; when tests run in parallel, a compute
+        # starting with an empty database sees the other test's domains and
+        # nova refuses to start ("My hypervisor has existing instances, but
+        # I appear to be a new service"). The domains are not its own: the
+        # tier names them prealloc-real-<uuid> and each test only ever
+        # touches the uuids it booted.
+        self.useFixture(fixtures.MockPatch(
+            'nova.compute.manager.ComputeManager._sanity_check_new_host'))
+
+    def _configure_compute(self):
+        pb_driver.register()
+        self.flags(compute_driver=self.COMPUTE_DRIVER,
+                   instances_path=self.instances_path,
+                   instance_name_template=INSTANCE_NAME_TEMPLATE,
+                   preallocate_images=self.PREALLOCATE_IMAGES,
+                   use_cow_images=self.IMAGES_TYPE == 'qcow2',
+                   allow_resize_to_same_host=True,
+                   # NOTE: the tiny guest has no ACPI daemon and ignores the
+                   # power button; without this, nova waits 60 s for a
+                   # clean shutdown before it destroys the domain (resize).
+                   shutdown_timeout=0,
+                   # a raw full disk is copied on resize; keep RPC patient
+                   rpc_response_timeout=300, long_rpc_timeout=600)
+        self.flags(group='libvirt', connection_uri=URI, virt_type='qemu',
+                   cpu_mode='none', images_type=self.IMAGES_TYPE)
+        # NOTE: a guest without display, tablet nor video boots about a
+        # third faster under TCG; the tier reads the serial console only.
+        self.flags(group='vnc', enabled=False)
+        self.flags(pointer_model=None)
+        self.flags(group='prealloc_backend', mode=self.PREALLOC_MODE)
+        self.flags(group='wsgi', api_paste_config=os.path.join(
+            sys.prefix, 'etc', 'nova', 'api-paste.ini'))
+
+    def _setup_compute_service(self):
+        # Runs inside _IntegratedTestBase.setUp, after nova's test base
+        # installed its fixtures and before the API starts.
+        self._undo_host_poisons()
+        self.useFixture(pb_fixtures.PrivsepInProcess())
+        self._configure_compute()
+        libvirt.registerErrorHandler(_silence_libvirt_errors, None)
+        self.conn = libvirt.open(URI)
+        self.addCleanup(self.conn.close)
+        return self._start_compute('compute1')
+
+    def _destroy_domains(self):
+        for dom in self.conn.listAllDomains():
+            if (not dom.name().startswith(DOMAIN_PREFIX) or
+                    dom.UUIDString() not in self._server_ids):
+                continue
+            LOG.warning('Destroying domain %s left by the test', dom.name())
+            try:
+                if dom.isActive():
+                    dom.destroy()
+                dom.undefine()
+            except libvirt.libvirtError as exc:
+                LOG.warning('Could not remove %s: %s', dom.name(), exc)
+
+    # -- images and flavors -----------------------------------------------
+
+    def _glance_image(self, name, disk_format, data, properties=None):
+        image = self.glance.create(None, {
+            'name': name,
+            'disk_format': disk_format,
+            'container_format': (disk_format if disk_format in ('aki', 'ari')
+                                 else 'bare'),
+            'size': len(data),
+            'status': 'active',
+            'visibility': 'public',
+            'min_disk': 0,
+            'min_ram': 0,
+            'properties': dict(properties or {}),
+        }, data=io.BytesIO(data))
+        return image['id']
+
+    def _guest_files(self):
+        if 'kernel' not in self._images:
+            with open(self.guest.kernel, 'rb') as f:
+                self._images['kernel'] = self._glance_image(
+                    'prealloc-guest-kernel', 'aki', f.read())
+            with open(self.guest.initramfs, 'rb') as f:
+                self._images['ramdisk'] = self._glance_image(
+                    'prealloc-guest-initramfs', 'ari', f.read())
+            base = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                                'base.raw')
+            pb_fixtures.make_base(base, 'raw', BASE_IMAGE_SIZE, seed=7)
+            self.base_raw = base
+            self.base_md5 = md5_of_file(base, units.Mi)
+        return self._images['kernel'], self._images['ramdisk']
+
+    def image(self, disk_format, action=pb_guest.ACTION_IDLE, mib=64):
+        """A Glance image of the tiny guest whose root disk is a small
+        ``disk_format`` image with non-zero data; ``action`` and ``mib``
+        go on the guest's command line.
+        """
+        key = (disk_format, action, mib)
+        if key in self._images:
+            return self._images[key]
+        kernel_id, ramdisk_id = self._guest_files()
+        if disk_format == 'raw':
+            path = self.base_raw
+        else:
+            path = self.base_raw + '.' + disk_format
+            if not os.path.exists(path):
+                subprocess.run(['qemu-img', 'convert', '-f', 'raw', '-O',
+                                disk_format, self.base_raw, path],
+                               check=True, capture_output=True)
+        with open(path, 'rb') as f:
+            data = f.read()
+        self._images[key] = self._glance_image(
+            'prealloc-guest-%s-%s' % (disk_format, action), disk_format, data,
+            {'kernel_id': kernel_id, 'ramdisk_id': ramdisk_id,
+             'os_command_line': pb_guest.kernel_cmdline(action, mib=mib),
+             'hw_disk_bus': 'virtio', 'hw_video_model': 'none'})
+        return self._images[key]
+
+    def flavor(self, disk_gb=1, mode=None, name=None):
+        extra_specs = {}
+        if mode is not None:
+            extra_specs['prealloc:mode'] = mode
+        return self._create_flavor(
+            name=name, memory_mb=GUEST_MEMORY_MB, vcpu=1, disk=disk_gb,
+            ephemeral=0, swap=0, extra_spec=extra_specs or None)
+
+    # -- servers ----------------------------------------------------------
+
+    def boot(self, flavor_id, image_id, expected_state='ACTIVE'):
+        server = self.api.post_server({'server': {
+            'name': 'real-%s' % len(self._server_ids),
+            'imageRef': image_id,
+            'flavorRef': flavor_id,
+            'networks': 'none',
+        }})
+        self._server_ids.add(server['id'])
+        return self.wait_for_status(server, expected_state)
+
+    def wait_for_status(self, server, expected, timeout=120):
+        """Wait for ``expected``; fail at once on an unexpected ERROR."""
+        deadline = time.monotonic() + timeout
+        while True:
+            server = self.api.get_server(server['id'])
+            if server['status'] == expected:
+                return server
+            if server['status'] == 'ERROR':
+                self.fail('server %s went to ERROR: %s' %
+                          (server['id'], server.get('fault')))
+            if time.monotonic() > deadline:
+                self.fail('server %s is %s after %d s, not %s' %
+                          (server['id'], server['status'], timeout,
+                           expected))
+            time.sleep(0.3)
+
+    def delete(self, server):
+        self.api.delete_server(server['id'])
+        self._wait_until_deleted(server)
+
+    def console(self, server):
+        return self.api.post_server_action(
+            server['id'], {'os-getConsoleOutput': {}})['output']
+
+    def console_log(self, server):
+        """The guest's serial console as virtlogd wrote it on the host
+        (nova's console API answers only while the domain runs).
+        """
+        with open(os.path.join(self.instance_dir(server), 'console.log'),
+                  errors='replace') as f:
+            return f.read()
+
+    def wait_for_report(self, server, kind, timeout=CONSOLE_TIMEOUT,
+                        not_boot_id=None):
+        """The guest's last ``kind`` report line, read through nova's
+        console output API (what a user would do); with ``not_boot_id``,
+        one printed by another boot than that one.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            report = pb_guest.parse_console(self.console(server))
+            if kind in report and (
+                    not_boot_id is None or
+                    report[kind].get('boot_id') != not_boot_id):
+                return report[kind]
+            if 'error' in report:
+                self.fail('guest error: %s' % report['error'])
+            if time.monotonic() > deadline:
+                self.fail('no %r report from the guest within %d s; '
+                          'console:\n%s' % (kind, timeout,
+                                            self.console(server)[-3000:]))
+            time.sleep(0.5)
+
+    def wait_for_domain_shutoff(self, server, timeout=CONSOLE_TIMEOUT):
+        dom = self.domain(server)
+        deadline = time.monotonic() + timeout
+        while dom.isActive():
+            if time.monotonic() > deadline:
+                self.fail('domain %s still running after %d s' %
+                          (dom.name(), timeout))
+            time.sleep(0.2)
+
+    # -- what the hypervisor sees -----------------------------------------
+
+    def domain(self, server):
+        return self.conn.lookupByUUIDString(server['id'])
+
+    def virsh(self, *args):
+        return subprocess.run(['virsh', '-c', URI] + list(args), check=True,
+                              capture_output=True, text=True).stdout
+
+    def qemu_pid(self, server):
+        with open(os.path.join(QEMU_PID_DIR,
+                               self.domain(server).name() + '.pid')) as f:
+            return int(f.read().strip())
+
+    def qemu_cmdline(self, server):
+        with open('/proc/%d/cmdline' % self.qemu_pid(server), 'rb') as f:
+            return [a.decode() for a in f.read().split(b'\0') if a]
+
+    def qemu_open_files(self, server):
+        """{path: os.stat} of the regular files QEMU holds open."""
+        fd_dir = '/proc/%d/fd' % self.qemu_pid(server)
+        opened = {}
+        for fd in os.listdir(fd_dir):
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+                st = os.stat(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if target.startswith('/'):
+                opened[target] = st
+        return opened
+
+    def blockdev_nodes(self, server):
+        """The -blockdev nodes of the QEMU command line, as dicts."""
+        args = self.qemu_cmdline(server)
+        return [json.loads(value) for opt, value in zip(args, args[1:])
+                if opt == '-blockdev' and value.startswith('{')]
+
+    def format_node(self, server, path):
+        """The format node QEMU opened over the file node of ``path``."""
+        nodes = self.blockdev_nodes(server)
+        files = {n['node-name'] for n in nodes
+                 if n.get('driver') == 'file' and n.get('filename') == path}
+        self.assertTrue(files, 'QEMU opened no file node for %s: %s' %
+                        (path, nodes))
+        for node in nodes:
+            if node.get('file') in files:
+                return node
+        self.fail('no format node over %s: %s' % (path, nodes))
+
+    def instance_dir(self, server):
+        return os.path.join(self.instances_path, server['id'])
+
+    def disk_path(self, server, name='disk'):
+        return os.path.join(self.instance_dir(server), name)
+
+    def expected_cache_size(self, path):
+        info = pb_fixtures.qemu_img_info(path)
+        data = info.get('format-specific', {}).get('data', {})
+        opts = CONF.prealloc_backend
+        return policy.metadata_cache_bytes(
+            opts.qcow2_l2_cache, opts.qcow2_metadata_cache_max_mb,
+            info['virtual-size'], info['cluster-size'],
+            bool(data.get('extended-l2')))
+
+    def check_hypervisor_view(self, server, disk_format, mode, size,
+                              after=None):
+        """What libvirt and QEMU see of a running server whose root disk
+        the plugin made in ``mode``; ``size`` is the flavor's root size.
+        ``after``: what an earlier call returned, when the guest must have
+        booted again since. Returns {'pid': QEMU's, 'boot_id': the
+        guest's}.
+        """
+        path = self.disk_path(server)
+        self.assertEqual('running', self.virsh('domstate',
+                                               server['id']).strip())
+        # The guest itself read the image's data through the disk.
+        report = self.wait_for_report(
+            server, 'idle', not_boot_id=after and after['boot_id'])
+        self.assertEqual(self.base_md5, report['md5'])
+        # The file QEMU holds open is the plugin's disk, not a copy.
+        opened = self.qemu_open_files(server)
+        self.assertIn(path, opened)
+        st = os.stat(path)
+        self.assertEqual((st.st_dev, st.st_ino),
+                         (opened[path].st_dev, opened[path].st_ino))
+        info = pb_fixtures.qemu_img_info(path)
+        self.assertEqual(disk_format, info['format'])
+        self.assertEqual(size, info['virtual-size'])
+        self.assert_allocation(path, disk_format, mode, size)
+        # libvirt kept the plugin's XML and QEMU got what it asks for.
+        xml = etree.fromstring(self.virsh('dumpxml', server['id']))
+        disk = [d for d in xml.findall('./devices/disk')
+                if d.find('source').get('file') == path]
+        self.assertEqual(1, len(disk), 'no disk %s in the domain' % path)
+        drv = disk[0].find('driver')
+        node = self.format_node(server, path)
+        self.assertEqual(disk_format, node['driver'])
+        storage = [n for n in self.blockdev_nodes(server)
+                   if n.get('node-name') == node['file']][0]
+        if mode == 'none':
+            self.assertNotEqual('native', drv.get('io'))
+        else:
+            # As nova does for preallocate_images=space.
+            self.assertEqual('native', drv.get('io'))
+            self.assertEqual('native', storage.get('aio'))
+        max_size = drv.find('./metadata_cache/max_size')
+        if disk_format == 'qcow2':
+            data = info['format-specific']['data']
+            self.assertTrue(data.get('extended-l2'))
+            expected = self.expected_cache_size(path)
+            self.assertIsNotNone(max_size, 'no <metadata_cache> in dumpxml')
+            self.assertEqual(str(expected), max_size.text)
+            self.assertEqual(expected, node.get('cache-size'))
+        else:
+            self.assertIsNone(max_size)
+            self.assertNotIn('cache-size', node)
+        seen = {'pid': self.qemu_pid(server), 'boot_id': report['boot_id']}
+        if after is not None:
+            self.assertNotEqual(after['pid'], seen['pid'])
+        return seen
+
+    def assert_allocation(self, path, disk_format, mode, size):
+        """The file's allocation is what ``mode`` promises."""
+        allocated = pb_fixtures.allocated(path)
+        apparent = os.path.getsize(path)
+        detail = ('%s %s mode %s: %d bytes allocated, %d apparent, virtual '
+                  '%d' % (path, disk_format, mode, allocated, apparent, size))
+        if mode in ('space', 'full'):
+            self.assertGreaterEqual(allocated, size, detail)
+        elif mode == 'metadata' and disk_format == 'qcow2':
+            # Every L2 table written, the file stretched over the whole
+            # disk, no data cluster allocated.
+            self.assertGreaterEqual(apparent, size, detail)
+            self.assertLess(allocated, 64 * units.Mi, detail)
+        else:
+            self.assertLess(allocated, 64 * units.Mi, detail)
+            if disk_format == 'qcow2':
+                self.assertLess(apparent, 64 * units.Mi, detail)
+
+    def assert_no_leftovers(self, server):
+        """After delete: no domain, no instance directory, no journal or
+        temporary file of the plugin anywhere under instances_path.
+        """
+        self.assertRaises(libvirt.libvirtError, self.domain, server)
+        names = [d.name() for d in self.conn.listAllDomains()]
+        self.assertNotIn(DOMAIN_PREFIX + server['id'], names)
+        self.assertFalse(os.path.exists(self.instance_dir(server)),
+                         os.listdir(self.instances_path))
+        strays = [os.path.join(root, name)
+                  for root, _dirs, files in os.walk(self.instances_path)
+                  for name in files
+                  if name.endswith(('.prealloc-journal', '.prealloc-tmp'))]
+        self.assertEqual([], strays)
