@@ -31,6 +31,7 @@ reboot, resize and migration targets). The subclasses here:
 LVM, RBD and ploop keep nova's classes and behaviour.
 """
 
+import errno
 import json
 import os
 import threading
@@ -85,6 +86,50 @@ def _extra_specs(instance):
         return {}
 
 
+# OSError errnos of a call whose privsep daemon died under it (None: the
+# 'Premature eof' of oslo.privsep).
+_DAEMON_GONE = (errno.EPIPE, errno.ECONNRESET, None)
+
+
+def _privileged(func, *args):
+    """Call a privileged entrypoint of prealloc_backend.privsep.fs.
+
+    The entrypoints are idempotent (fallocate, zero-fill of holes): when
+    the daemon died under a call, the call is made once more, which starts
+    a new daemon. Other errors propagate.
+    """
+    try:
+        return func(*args)
+    except OSError as exc:
+        if exc.errno not in _DAEMON_GONE:
+            raise
+        LOG.warning('The prealloc_backend privsep daemon died during '
+                    '%(call)s (%(err)s): calling it again',
+                    {'call': getattr(func, '__name__', func), 'err': exc})
+        return func(*args)
+
+
+def _flushed(fetch_func):
+    """fetch_func, then the file it wrote flushed to disk.
+
+    NOTE: nova copies a raw base into the instance disk with cp, which
+    finds data with SEEK_DATA. On ext4 without extents (kernel 6.18,
+    coreutils 9.1 seen here) SEEK_DATA misses data not yet written back,
+    so cp copies it as holes: the disk silently lacks part of its image.
+    nova does not flush a download; flushing it costs one fsync.
+    """
+    def fetch(*args, **kwargs):
+        fetch_func(*args, **kwargs)
+        target = kwargs.get('target')
+        if target and os.path.isfile(target):
+            fd = os.open(target, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    return fetch
+
+
 class _Journal:
     """A small JSON file beside a disk while the plugin makes or grows it.
 
@@ -100,14 +145,21 @@ class _Journal:
         self.path = path + JOURNAL_SUFFIX
 
     def recover(self):
+        fileutils.delete_if_exists(self.path + '.part')
         if not os.path.exists(self.path):
             fileutils.delete_if_exists(self.disk + TMP_SUFFIX)
             return
         try:
             with open(self.path) as f:
                 created = bool(json.load(f).get('created'))
-        except (OSError, ValueError):
-            created = True  # unreadable: it was written before the disk
+        except (OSError, ValueError, AttributeError):
+            # NOTE: begin() completes (written, fsynced, renamed) before
+            # the work on the disk starts, so an unreadable journal means a
+            # crash inside begin(): whatever disk is there was not made by
+            # this plugin (it may hold a guest's data). Keep it.
+            LOG.warning('Unreadable journal %(journal)s: keeping %(disk)s',
+                        {'journal': self.path, 'disk': self.disk})
+            created = False
         if created and os.path.exists(self.disk):
             LOG.warning('Removing %(disk)s: its creation was interrupted '
                         '(journal %(journal)s found); it will be created '
@@ -117,11 +169,19 @@ class _Journal:
         fileutils.delete_if_exists(self.path)
 
     def begin(self, created):
-        with open(self.path, 'w') as f:
+        # Written aside and renamed: a journal is complete or absent.
+        partial = self.path + '.part'
+        with open(partial, 'w') as f:
             json.dump({'created': created, 'pid': os.getpid(),
                        'time': time.time()}, f)
             f.flush()
             os.fsync(f.fileno())
+        os.rename(partial, self.path)
+        directory = os.open(os.path.dirname(self.path) or '.', os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
     def end(self):
         fileutils.delete_if_exists(self.path)
@@ -171,7 +231,8 @@ class _PreallocImage:
             self._check_space_for_new_disk(size)
         journal.begin(created)
         try:
-            super().cache(fetch_func, filename, size, safe, *args, **kwargs)
+            super().cache(_flushed(fetch_func), filename, size, safe, *args,
+                          **kwargs)
             self._allocate_existing()
         except BaseException:
             if created and self.exists():
@@ -215,8 +276,8 @@ class _PreallocImage:
         fsprobe.check_free_space(self.path, unallocated)
         if plan.action == policy.RAW_FALLOCATE:
             try:
-                prealloc_backend.privsep.fs.fallocate_range(self.path, 0,
-                                                            size)
+                _privileged(prealloc_backend.privsep.fs.fallocate_range,
+                            self.path, 0, size)
                 LOG.info('Allocated %(path)s (%(size)d bytes, '
                          '%(holes)d were not allocated)',
                          {'path': self.path, 'size': size,
@@ -263,7 +324,8 @@ class _PreallocImage:
         for offset in range(0, size, ZERO_FILL_CALL_BYTES):
             length = min(ZERO_FILL_CALL_BYTES, size - offset)
             try:
-                written += prealloc_backend.privsep.fs.zero_fill_range(
+                written += _privileged(
+                    prealloc_backend.privsep.fs.zero_fill_range,
                     self.path, offset, length)
             except OSError as exc:
                 raise exception.AllocationFailed(path=self.path,
@@ -314,6 +376,12 @@ class _PreallocImage:
                   'prealloc': preallocation})
         qemu.resize(self.path, 'qcow2', size, preallocation,
                     timeout=self._opts.allocation_timeout)
+        grown = qemu.info(self.path, 'qcow2')['virtual-size']
+        if grown < size:
+            raise exception.QemuImgOutputError(
+                cmd='qemu-img resize', reason='it reported success but the '
+                'virtual size is %d, not %d' % (grown, size),
+                output=self.path)
         if CONF.resize_fs_using_block_device:
             LOG.warning('%(path)s grown with preallocation; its filesystem '
                         'is not resized ([DEFAULT] '
@@ -366,6 +434,11 @@ class Flat(_PreallocImage, imagebackend.Flat):
             fsprobe.check_free_space(self.path, size)
 
     def resize_image(self, size):
+        # NOTE: right after nova's copy of the base, driver_format still
+        # says 'raw' even for a qcow2 copy (force_raw_images=False): nova
+        # would grow it with 'qemu-img resize -f raw', extending the qcow2
+        # file as raw data, after which a preallocating qcow2 grow fails.
+        self.correct_format()
         if self.driver_format == 'qcow2':
             self._grow_qcow2(size)
         super().resize_image(size)
@@ -419,6 +492,7 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
                 qemu.create_overlay(tmp, virtual_size, base,
                                     base_info.file_format, layout,
                                     timeout=self._opts.allocation_timeout)
+                qemu.check_overlay(tmp, virtual_size, base, layout)
                 os.rename(tmp, self.path)
             LOG.info('Created %(path)s: qcow2 overlay of %(base)s, '
                      '%(size)d bytes, preallocation=%(prealloc)s, '

@@ -21,6 +21,7 @@ Importing nova.conf guarantees it exists with nova's own definition.
 import copy
 
 from oslo_config import cfg
+from oslo_config import types
 from oslo_privsep import capabilities
 from oslo_privsep import priv_context
 
@@ -84,6 +85,37 @@ FALLOCATE_UNSUPPORTED_CHOICES = [
                   'preallocation=full). Slow: about 20 s per GiB on ext3.'),
 ]
 
+
+class Integer(types.Integer):
+    """oslo.config's Integer, whose errors name the value.
+
+    NOTE: oslo.config says 'Should be greater than or equal to 1' without
+    the value it refused, and turns an empty value into None.
+    """
+
+    def __call__(self, value):
+        if isinstance(value, str) and not value.strip():
+            raise ValueError('an empty value is not an integer')
+        try:
+            return super().__call__(value)
+        except ValueError as exc:
+            raise ValueError('%s, but found %r' % (exc, value)) from None
+
+
+def allowed(opt):
+    """What ``opt`` accepts, in words, for error messages."""
+    kind = opt.type
+    if getattr(kind, 'choices', None):
+        return ', '.join(kind.choices)
+    if isinstance(kind, types.Boolean):
+        return 'true or false'
+    if isinstance(kind, types.Integer):
+        if kind.max is not None:
+            return 'integers from %d to %d' % (kind.min, kind.max)
+        return 'integers from %d up' % kind.min
+    return 'values of type %s' % getattr(kind, 'type_name', kind)
+
+
 prealloc_opts = [
     cfg.StrOpt('mode',
         choices=MODE_CHOICES,
@@ -139,10 +171,9 @@ whole virtual disk, so large disks or a fixed small cluster size do not fall
 back to a thrashing cache. QEMU allocates the cache lazily and frees unused
 entries, so the figure is a ceiling, not memory taken at boot.
 """),
-    cfg.IntOpt('qcow2_metadata_cache_max_mb',
+    cfg.Opt('qcow2_metadata_cache_max_mb',
+        type=Integer(min=1, max=4096),
         default=64,
-        min=1,
-        max=4096,
         help="""
 Upper bound, in MiB, of the per-disk metadata cache written by
 ``qcow2_l2_cache = full-coverage``. 64 MiB covers 8 TiB with 2M clusters;
@@ -162,17 +193,17 @@ to get the reservation anyway, or ``fail`` to refuse to run thin. Support is
 probed once per filesystem (device), with a real fallocate(2) call.
 ``full`` always writes zeros and is not affected.
 """),
-    cfg.IntOpt('allocation_timeout',
+    cfg.Opt('allocation_timeout',
+        type=Integer(min=0),
         default=0,
-        min=0,
         help="""
 Seconds a single disk's preallocation may take before it is abandoned, the
 partly made disk removed, and the spawn failed. 0 means no limit. Applies to
 zero-filling and to qemu-img creating or growing a preallocated overlay.
 """),
-    cfg.IntOpt('progress_interval',
+    cfg.Opt('progress_interval',
+        type=Integer(min=1),
         default=10,
-        min=1,
         help="""
 Seconds between progress log lines while a disk is zero-filled.
 """),

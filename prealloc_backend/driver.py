@@ -28,6 +28,7 @@ import sys
 from nova import exception as nova_exception
 import nova.virt
 from nova.virt.libvirt import driver as libvirt_driver
+from oslo_config import cfg
 from oslo_log import log as logging
 
 from prealloc_backend import backend
@@ -58,11 +59,34 @@ def _overlay_images_type():
                                       CONF.use_cow_images)
 
 
+def _check_options():
+    """Read every [prealloc_backend] option once, at start-up.
+
+    oslo.config checks a value when it is first read: without this, a bad
+    progress_interval would first fail in the middle of a zero-fill.
+    """
+    for opt in conf.prealloc_opts:
+        try:
+            value = getattr(CONF.prealloc_backend, opt.dest)
+        except cfg.ConfigSourceValueError as exc:
+            reason = str(exc).split(' is not valid: ', 1)[-1]
+            raise exception.InvalidOption(group=conf.GROUP_NAME,
+                                          name=opt.name, reason=reason,
+                                          allowed=conf.allowed(opt))
+        if value is None and opt.default is not None:
+            raise exception.InvalidOption(group=conf.GROUP_NAME,
+                                          name=opt.name,
+                                          reason='an empty value',
+                                          allowed=conf.allowed(opt))
+
+
 def validate_config():
-    """Refuse contradictory settings at start-up, naming the options.
+    """Refuse invalid and contradictory settings at start-up, naming the
+    options.
 
     Returns the host's mode.
     """
+    _check_options()
     mode = modes.host_mode(CONF)
     opts = CONF.prealloc_backend
     if (mode.preallocates and not opts.qcow2_extended_l2 and

@@ -36,6 +36,12 @@ class InvalidFlavorPolicy(PreallocError, nova_exception.Invalid):
                'allowed values are %(allowed)s')
 
 
+class InvalidOption(PreallocError, nova_exception.Invalid, ValueError):
+    # A ValueError too, as oslo.config's own ConfigFileValueError is.
+    msg_fmt = ('Invalid configuration: [%(group)s] %(name)s: %(reason)s; '
+               'allowed values are %(allowed)s')
+
+
 class ConflictingOptions(PreallocError, nova_exception.Invalid):
     msg_fmt = 'Conflicting configuration: %(reason)s'
 

@@ -94,6 +94,10 @@ def _json(cmd_args, out, required):
             raise exception.QemuImgOutputError(
                 cmd=cmd, reason='field %r missing or not %s'
                                 % (key, kind.__name__), output=out[:200])
+        if kind is int and data[key] < 0:
+            raise exception.QemuImgOutputError(
+                cmd=cmd, reason='field %r is negative' % key,
+                output=out[:200])
     return data
 
 
@@ -143,6 +147,26 @@ def create_overlay(path, size, backing_file, backing_fmt, layout,
     execute('create', '-f', 'qcow2', '-o', ','.join(opts), path, size,
             heavy=layout.preallocation in HEAVY_PREALLOCATION,
             timeout=timeout, path=path)
+
+
+def check_overlay(path, size, backing_file, layout):
+    """Check that ``qemu-img create`` made the overlay it was asked for:
+    a qcow2 image of ``size`` bytes backed by ``backing_file``, with the
+    layout's extended_l2. Raises QemuImgOutputError otherwise.
+    """
+    data = info(path, 'qcow2')
+    specific = data.get('format-specific', {}).get('data', {})
+    found = (data['format'], data['virtual-size'],
+             data.get('backing-filename'),
+             bool(specific.get('extended-l2', False)))
+    # qemu-img rounds sizes up to whole 512-byte sectors.
+    wanted = ('qcow2', -(-size // 512) * 512, backing_file,
+              layout.extended_l2)
+    if found != wanted:
+        raise exception.QemuImgOutputError(
+            cmd='qemu-img create',
+            reason='it made (format, size, backing file, extended_l2) %r, '
+                   'not %r' % (found, wanted), output=path)
 
 
 def resize(path, fmt, size, preallocation='off', timeout=None):

@@ -24,12 +24,59 @@ The entrypoints live in prealloc_backend.privsep.fs; import that module by
 its full path so that privileged calls stand out where they are made.
 """
 
+import errno
+import threading
+
+from oslo_log import log as logging
 from oslo_privsep import capabilities
 from oslo_privsep import priv_context
 
 from prealloc_backend import conf
 
-ctx = priv_context.PrivContext(
+LOG = logging.getLogger(__name__)
+
+
+def _watch(channel):
+    """Fail the pending calls of a channel whose reader thread ended.
+
+    NOTE: oslo.privsep 3.12's reader thread ends on ECONNRESET (what a
+    killed daemon leaves) without failing the pending calls or marking the
+    channel stopped: the pending call, and every later one, would wait
+    forever. Do what its EOF branch does: fail them and mark the channel
+    stopped, so that the next call starts a new daemon.
+    """
+    channel.reader_thread.join()
+    error = OSError(errno.EPIPE, 'the prealloc_backend privsep daemon died')
+    with channel.lock:
+        for future in channel.outstanding_msgs.values():
+            future.set_exception(error)
+        channel.running = False
+
+
+class _PrivContext(priv_context.PrivContext):
+    """A PrivContext whose channel cannot outlive its daemon unnoticed."""
+
+    def start(self, method=priv_context.Method.ROOTWRAP):
+        super().start(method)
+        channel = self.channel
+        with self.start_lock:
+            if channel is None or getattr(channel, '_prealloc_watched',
+                                          False):
+                return
+            channel._prealloc_watched = True
+        threading.Thread(target=_watch, args=(channel,), daemon=True,
+                         name='prealloc-privsep-watch').start()
+
+    def stop(self):
+        try:
+            super().stop()
+        except OSError as exc:
+            # shutdown() of a socket that the dead daemon reset
+            LOG.debug('Closing the privsep channel: %s', exc)
+            self.channel = None
+
+
+ctx = _PrivContext(
     'prealloc_backend',
     cfg_section=conf.PRIVSEP_GROUP,
     pypath=__name__ + '.ctx',

@@ -61,6 +61,9 @@ def _open_disk(path):
     if not os.path.isabs(path):
         raise exception.InvalidPath(path=path,
                                     reason='the path must be absolute')
+    if '\0' in path:
+        raise exception.InvalidPath(path=path,
+                                    reason='the path contains a NUL byte')
     root = os.path.realpath(CONF.instances_path)
     real = os.path.realpath(path)
     if os.path.commonpath([root, real]) != root or real == root:
@@ -71,6 +74,10 @@ def _open_disk(path):
         st = os.lstat(path)
     except FileNotFoundError:
         raise exception.InvalidPath(path=path, reason='it does not exist')
+    except OSError as exc:
+        # ENOTDIR ('disk/'), ELOOP, ENAMETOOLONG...
+        raise exception.InvalidPath(path=path,
+                                    reason='it cannot be examined: %s' % exc)
     if stat.S_ISLNK(st.st_mode):
         raise exception.InvalidPath(path=path, reason='it is a symlink')
     if not stat.S_ISREG(st.st_mode):
@@ -91,6 +98,12 @@ def _open_disk(path):
             raise exception.InvalidPath(
                 path=path, reason='it changed while being opened (now %s)'
                                   % opened)
+        if fst.st_nlink != 1:
+            # NOTE: a hard link inside instances_path to a file outside it
+            # has an inside real path; nova never hard-links disks.
+            raise exception.InvalidPath(
+                path=path, reason='it has %d hard links (a disk has one)'
+                                  % fst.st_nlink)
     except Exception:
         os.close(fd)
         raise
