@@ -21,8 +21,8 @@ def main():
     for run_id in ids:
         stream = subprocess.run([STESTR, 'history', 'show', str(run_id),
                                  '--subunit'], capture_output=True).stdout
-        out = subprocess.run([STATS], input=stream, capture_output=True,
-                             text=True).stdout
+        out = subprocess.run([STATS], input=stream,
+                             capture_output=True).stdout.decode()
         for key, pattern in (('passed', r'Passed tests:\s+(\d+)'),
                              ('failed', r'Failed tests:\s+(\d+)'),
                              ('skipped', r'Skipped tests:\s+(\d+)')):

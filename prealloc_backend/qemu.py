@@ -115,6 +115,8 @@ def info(path, fmt=None):
 
 def measure(size, preallocation, cluster_size, extended_l2):
     """Bytes a qcow2 image of ``size`` needs on disk with these options."""
+    if preallocation not in HEAVY_PREALLOCATION + ('metadata',):
+        return 0  # thin: nothing to reserve, no qemu-img to run
     args = ['measure', '--output=json', '-O', 'qcow2', '-o',
             'cluster_size=%d,extended_l2=%s,preallocation=%s'
             % (cluster_size, 'on' if extended_l2 else 'off', preallocation),

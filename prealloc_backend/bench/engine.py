@@ -1,0 +1,320 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The benchmark session: where disks go, and how workloads are repeated.
+
+A Bench owns a scratch directory (it plays nova's instances_path, with the
+image cache in ``_base``), nova's CONF overrides for the run, and the
+plugin's and nova's privsep contexts switched to in-process for the run.
+Every workload's cases are measured round-robin: repetition 1 of every
+variant, then repetition 2 (starting one variant later), and so on, so
+that a slow minute of the host spreads over all variants instead of
+falling on one. Results are medians with min and max.
+"""
+
+import dataclasses
+import datetime
+import importlib.metadata
+import os
+import platform
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+from nova import exception as nova_exception
+from nova import objects
+import nova.privsep
+from oslo_concurrency import processutils
+from oslo_log import log as logging
+from oslo_utils import units
+
+from prealloc_backend.bench import tools
+from prealloc_backend.bench import variants
+from prealloc_backend import exception
+from prealloc_backend import fsprobe
+import prealloc_backend.privsep
+
+LOG = logging.getLogger(__name__)
+CONF = variants.CONF
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Sizes and counts of one kind of run."""
+    name: str
+    reps: int
+    write_disk: int           # virtual size of the disks written (1, 2)
+    write_base: int           # data in their backing file
+    seq_bytes: int            # bytes written sequentially (1)
+    new_cluster_writes: int   # 4 KiB writes, each in a new cluster (2)
+    random_disk: int          # virtual size of the thin disk read (3)
+    random_reads: int         # 4 KiB random reads per repetition (3)
+    create_sizes: tuple       # virtual sizes created (4)
+    extents_disk: int         # raw disk written then counted (5)
+    small_base: int = 16 * units.Mi  # backing data of (3), (4), (5)
+    depth: int = 16
+    seq_block: int = 64 * units.Ki
+
+
+DEFAULT = Config(
+    name='default', reps=3,
+    write_disk=512 * units.Mi, write_base=256 * units.Mi,
+    seq_bytes=256 * units.Mi, new_cluster_writes=4096,
+    random_disk=units.Ti, random_reads=20000,
+    create_sizes=(10 * units.Gi, 100 * units.Gi, units.Ti),
+    extents_disk=128 * units.Mi)
+
+QUICK = Config(
+    name='quick', reps=1,
+    write_disk=128 * units.Mi, write_base=64 * units.Mi,
+    seq_bytes=64 * units.Mi, new_cluster_writes=512,
+    random_disk=units.Ti, random_reads=3000,
+    create_sizes=(10 * units.Gi, units.Ti),
+    extents_disk=32 * units.Mi, small_base=4 * units.Mi)
+
+
+@dataclasses.dataclass
+class Sample:
+    value: float
+    extra: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Case:
+    """One row of a workload's table: a variant, maybe at some size."""
+    variant: variants.Variant
+    group: str = ''
+    params: dict = dataclasses.field(default_factory=dict)
+    skip: str | None = None
+    error: str | None = None
+    samples: list = dataclasses.field(default_factory=list)
+    extra: dict = dataclasses.field(default_factory=dict)
+    facts: dict = dataclasses.field(default_factory=dict)
+
+    def add(self, sample):
+        self.samples.append(sample.value)
+        for name, value in sample.extra.items():
+            self.extra.setdefault(name, []).append(value)
+
+
+def summary(samples):
+    """median, min and max of samples (None when there is none)."""
+    if not samples:
+        return {'median': None, 'min': None, 'max': None, 'n': 0}
+    return {'median': statistics.median(samples), 'min': min(samples),
+            'max': max(samples), 'n': len(samples)}
+
+
+def rotated(items, rep):
+    """items, starting ``rep`` places later (round-robin start)."""
+    if not items:
+        return []
+    shift = rep % len(items)
+    return list(items[shift:]) + list(items[:shift])
+
+
+def fmt_bytes(value):
+    """'1 GiB', '1.5 GiB', '196 KiB', '0 B'."""
+    if value is None:
+        return '-'
+    for unit, size in (('TiB', units.Ti), ('GiB', units.Gi),
+                       ('MiB', units.Mi), ('KiB', units.Ki)):
+        if abs(value) >= size:
+            number = value / size
+            text = ('%.1f' % number) if number < 10 else ('%.0f' % number)
+            if text.endswith('.0'):
+                text = text[:-2]
+            return '%s %s' % (text, unit)
+    return '%d B' % value
+
+
+def _version(distribution):
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return 'unknown'
+
+
+# Failures a case can meet without the run being wrong: reported in the
+# case's line, never as a traceback.
+CASE_ERRORS = (tools.ToolError, nova_exception.NovaException,
+               processutils.ProcessExecutionError, OSError, RuntimeError)
+
+
+class Bench:
+    """A benchmark run in ``directory`` (a scratch directory is made and
+    removed inside it).
+    """
+
+    def __init__(self, directory, config, progress=None):
+        self.directory = os.path.abspath(directory)
+        self.config = config
+        self.progress = progress or (lambda message: None)
+        self.workdir = None
+        self.skipped = []
+        self._bases = {}
+        self._cleanups = []
+
+    # -- session ---------------------------------------------------------
+
+    def __enter__(self):
+        os.makedirs(self.directory, exist_ok=True)
+        self.workdir = tempfile.mkdtemp(prefix='prealloc-bench-',
+                                        dir=self.directory)
+        self._cleanups.append(lambda: shutil.rmtree(self.workdir,
+                                                    ignore_errors=True))
+        objects.register_all()
+        settings = variants.overrides(
+            variants.session_settings(self.workdir))
+        settings.__enter__()
+        self._cleanups.append(lambda: settings.__exit__(None, None, None))
+        # NOTE: the entrypoints run in this process (as the unit tests run
+        # them): they keep their own argument checks, only the daemon and
+        # its socket are left out. The disks are ours, so no privilege is
+        # needed; the report says so.
+        for ctx in (prealloc_backend.privsep.ctx,
+                    nova.privsep.sys_admin_pctxt):
+            previous = ctx.client_mode
+            ctx.set_client_mode(False)
+            self._cleanups.append(
+                lambda ctx=ctx, previous=previous:
+                ctx.set_client_mode(previous))
+        fsprobe.forget()
+        variants.forget_nova_probe()
+        self._cleanups.append(fsprobe.forget)
+        self._cleanups.append(variants.forget_nova_probe)
+        return self
+
+    def __exit__(self, *exc_info):
+        while self._cleanups:
+            self._cleanups.pop()()
+
+    @property
+    def base_dir(self):
+        return os.path.join(self.workdir, CONF.image_cache.subdirectory_name)
+
+    def base(self, size):
+        """Path of a raw base image holding ``size`` bytes of data."""
+        if size not in self._bases:
+            os.makedirs(self.base_dir, exist_ok=True)
+            path = os.path.join(self.base_dir, 'bench-data-%d' % size)
+            self._bases[size] = variants.make_base(path, size)
+        return self._bases[size]
+
+    @property
+    def fs_type(self):
+        return fsprobe.fs_type(self.directory)
+
+    def free(self):
+        return fsprobe.free_bytes(self.workdir)
+
+    def reserve_margin(self):
+        """Space left free whatever a workload wants: others use this
+        filesystem too. 5% of what is free now, at least 64 MiB.
+        """
+        return max(64 * units.Mi, self.free() // 20)
+
+    def cannot_reserve(self, variant, size, images_type='qcow2'):
+        """None when the disk fits, else a sentence saying why not."""
+        try:
+            needed = variants.needed_bytes(variant, size, images_type)
+        except exception.PreallocError as exc:
+            return 'cannot size it: %s' % exc
+        free = self.free()
+        if needed + self.reserve_margin() > free:
+            return ('cannot be reserved here: needs %s, %s free on %s '
+                    '(keeping %s spare)' % (
+                        fmt_bytes(needed), fmt_bytes(free), self.directory,
+                        fmt_bytes(self.reserve_margin())))
+        return None
+
+    def host(self):
+        uname = platform.uname()
+        return {
+            'hostname': socket.gethostname(),
+            'kernel': uname.release,
+            'machine': uname.machine,
+            'cpus': os.cpu_count(),
+            'python': platform.python_version(),
+            'qemu_img': tools.version(tools.QEMU_IMG),
+            'qemu_io': tools.version(tools.QEMU_IO),
+            'directory': self.directory,
+            'filesystem': self.fs_type,
+            'nova': _version('nova'),
+            'prealloc_backend': _version('prealloc-backend'),
+            'free_bytes': self.free(),
+        }
+
+    # -- workloads -------------------------------------------------------
+
+    def run_workload(self, workload, index=0, total=1):
+        """Measure every case of ``workload``; return its result dict."""
+        label = '[%d/%d] %s' % (index + 1, total, workload.title)
+        self.progress('%s: setting up' % label)
+        started = time.monotonic()
+        cases = []
+        try:
+            workload.setup(self)
+            cases = workload.cases(self)
+            active = [case for case in cases if case.skip is None]
+            for rep in range(self.config.reps):
+                self.progress('%s: repetition %d/%d (%.0f s)' % (
+                    label, rep + 1, self.config.reps,
+                    time.monotonic() - started))
+                for case in rotated(active, rep):
+                    if case.error:
+                        continue
+                    try:
+                        case.add(workload.measure(self, case, rep))
+                    except CASE_ERRORS as exc:
+                        LOG.debug('%(case)s failed', {'case': case},
+                                  exc_info=True)
+                        case.error = str(exc)
+        except CASE_ERRORS as exc:
+            LOG.debug('workload %(name)s failed', {'name': workload.name},
+                      exc_info=True)
+            return workload.result(self, cases,
+                                   error='%s' % exc,
+                                   seconds=time.monotonic() - started)
+        finally:
+            workload.teardown(self)
+        seconds = time.monotonic() - started
+        self.progress('%s: done in %.0f s' % (label, seconds))
+        return workload.result(self, cases, seconds=seconds)
+
+    def run(self, workloads):
+        """Run ``workloads`` (instances) in order; return the result."""
+        started = time.monotonic()
+        now = datetime.datetime.now(datetime.timezone.utc)
+        result = {
+            'schema': SCHEMA_VERSION,
+            'command': 'prealloc-backend bench',
+            'argv': sys.argv[1:],
+            'run': self.config.name,
+            'config': dataclasses.asdict(self.config),
+            'date': now.isoformat(timespec='seconds'),
+            'host': self.host(),
+            'privsep': ('in-process: the plugin\'s and nova\'s privsep '
+                        'entrypoints ran in this process (client mode '
+                        'off), no daemon'),
+            'workloads': [],
+        }
+        for index, workload in enumerate(workloads):
+            result['workloads'].append(
+                self.run_workload(workload, index, len(workloads)))
+        result['seconds'] = time.monotonic() - started
+        return result
