@@ -47,6 +47,12 @@ def add_arguments(parser):
         '--quick', action='store_true',
         help='Small sizes and counts, one repetition: proves the command '
              'works in well under 30 s; its figures are indicative only.')
+    parser.add_argument(
+        '--guest', action='store_true',
+        help='Also boot a tiny guest on each disk and time its O_DIRECT '
+             'writes (KVM when it works, TCG otherwise). Needs '
+             'qemu-system-x86 and a guest kernel (.ci/libvirt-up fetches '
+             'one); adds about a minute.')
 
 
 def _directory(args):
@@ -108,6 +114,9 @@ def run(args):
     conf.CONF([], project='nova', default_config_files=[],
               default_config_dirs=[])
     workloads.load_extensions()
+    if args.guest:
+        from prealloc_backend.bench import guest_writes
+        workloads.register(guest_writes.GuestWrites)
     config = engine.QUICK if args.quick else engine.DEFAULT
     with engine.Bench(directory, config, progress=_progress) as bench:
         result = bench.run(workloads.instances())
