@@ -166,17 +166,3 @@ def unprivileged_zero_fill_range(path, offset, length):
         return fileops.zero_fill(fd, offset, offset + length)
     finally:
         os.close(fd)
-
-
-@prealloc_backend.privsep.ctx.entrypoint
-def hole_bytes(path):
-    """Bytes of the disk that are holes (not yet allocated)."""
-    return unprivileged_hole_bytes(path)
-
-
-def unprivileged_hole_bytes(path):
-    fd = _open_disk(path)
-    try:
-        return fileops.hole_bytes(fd, 0, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)

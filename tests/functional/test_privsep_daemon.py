@@ -116,8 +116,7 @@ class TestPrivsepDaemon(base.ServersTestBase):
             'oslo_privsep.daemon._ClientChannel.remote_call',
             spy_remote_call))
         for name in ('unprivileged_fallocate_range',
-                     'unprivileged_zero_fill_range',
-                     'unprivileged_hole_bytes'):
+                     'unprivileged_zero_fill_range'):
             self._spy_local(name)
 
     def _spy_local(self, name):
