@@ -25,6 +25,7 @@ import tempfile
 import fixtures
 import nova.privsep
 
+from prealloc_backend import fileops
 from prealloc_backend import fsprobe
 import prealloc_backend.privsep
 
@@ -144,6 +145,17 @@ def qemu_img_compare(a, b, strict=False):
         cmd.append('-s')
     proc = subprocess.run(cmd + [a, b], capture_output=True, text=True)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def hole_bytes(path):
+    """Bytes SEEK_HOLE/SEEK_DATA report as holes, read by the test itself
+    (unwritten extents of ext4 and xfs may count as holes: no data yet).
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return fileops.hole_bytes(fd, 0, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
 
 
 def allocated(path):

@@ -45,7 +45,6 @@ from oslo_utils import units
 
 from prealloc_backend import conf
 from prealloc_backend import driver
-from prealloc_backend import fileops
 from prealloc_backend import fsprobe
 from tests import fixtures as pb_fixtures
 
@@ -96,17 +95,6 @@ def qemu_img_map(path):
                           '--force-share', path], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)
-
-
-def seek_hole_bytes(path):
-    """Bytes SEEK_HOLE/SEEK_DATA report as holes (unwritten extents of ext4
-    and xfs count as holes: they hold no data yet).
-    """
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return fileops.hole_bytes(fd, 0, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
 
 
 def expected_metadata_cache(virtual_size, cluster_size, extended_l2=True,
@@ -408,7 +396,7 @@ class ServersTestBase(libvirt_base.ServersTestBase):
             self.assertEqual(backing, info.get('backing-filename'))
         st = os.stat(path)
         allocated = st.st_blocks * 512
-        holes = seek_hole_bytes(path)
+        holes = pb_fixtures.hole_bytes(path)
         mapping = qemu_img_map(path)
         # Ranges of the overlay itself (depth 0), and whether qcow2 has
         # host clusters behind them (an 'offset': preallocated metadata).
@@ -446,7 +434,7 @@ class ServersTestBase(libvirt_base.ServersTestBase):
         st = os.stat(path)
         self.assertEqual(size, st.st_size)
         allocated = st.st_blocks * 512
-        holes = seek_hole_bytes(path)
+        holes = pb_fixtures.hole_bytes(path)
         figures = {'file_size': st.st_size, 'allocated': allocated,
                    'seek_holes': holes}
         record_figures(self, path, mode, figures)

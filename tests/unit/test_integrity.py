@@ -99,15 +99,6 @@ def random_raw(path, size, rng):
     return sha256_of(path)
 
 
-def hole_bytes(path):
-    """Bytes of holes in path, read by the test itself."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return fileops.hole_bytes(fd, 0, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
-
-
 def sha256_of(path, limit=None):
     digest = hashlib.sha256()
     with open(path, 'rb') as f:
@@ -417,7 +408,7 @@ class FullNeverOverwritesTestCase(IntegrityBase):
 
     def _assert_filled_and_intact(self, path, digest, before_data, label):
         self.assertEqual(digest, sha256_of(path), label + ': content changed')
-        self.assertEqual(0, hole_bytes(path),
+        self.assertEqual(0, pb_fixtures.hole_bytes(path),
                          label + ': holes left')
         self.assertGreaterEqual(pb_fixtures.allocated(path),
                                 os.path.getsize(path))
@@ -485,7 +476,7 @@ class FullNeverOverwritesTestCase(IntegrityBase):
             size = rng.randint(1 * units.Mi, 4 * units.Mi) | 1
             digest = self._scattered(path, size, rng)
             before = self._read_data(path)
-            holes = hole_bytes(path)
+            holes = pb_fixtures.hole_bytes(path)
             cuts = sorted(rng.sample(range(1, size), 7))
             bounds = [0] + cuts + [size]
             written = 0

@@ -44,7 +44,6 @@ from oslo_utils import units
 
 from prealloc_backend import backend
 from prealloc_backend import exception
-from prealloc_backend import fileops
 import prealloc_backend.privsep
 import prealloc_backend.privsep.fs
 from tests import base
@@ -105,15 +104,6 @@ def make_disk(path, size=DISK_SIZE):
         f.flush()
         os.fsync(f.fileno())
     return path
-
-
-def hole_bytes(path):
-    """Bytes of holes in path, read by the test itself (not privileged)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return fileops.hole_bytes(fd, 0, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
 
 
 def call(name, path, offset=0, length=4096, unprivileged=False):
@@ -527,7 +517,8 @@ class RealDaemonTestCase(BoundaryTestCase):
         # 1. Every argument reaches the daemon. First call (over data, so
         # nothing changes): the daemon starts with its one capability.
         fs.fallocate_range(disk, 0, 4096)
-        self.assertEqual(DISK_SIZE - 65536 - 4096, hole_bytes(disk))
+        self.assertEqual(DISK_SIZE - 65536 - 4096,
+                         pb_fixtures.hole_bytes(disk))
         pid = self._daemon_pid()
         self.assertNotEqual(os.getpid(), pid)
         self._assert_caps(pid)
@@ -551,7 +542,7 @@ class RealDaemonTestCase(BoundaryTestCase):
         # 2. The daemon checks paths against its own instances_path.
         between = os.path.join(self.client_root, 'inst')  # client's view
         victim = make_disk(os.path.join(between, 'victim'))
-        self.assertTrue(hole_bytes(victim))  # client: ok
+        self.assertTrue(pb_fixtures.hole_bytes(victim))  # client: ok
         os.symlink(victim, os.path.join(inst, 'disk.link'))
         before = file_state(victim)
         for path in (victim, os.path.join(inst, 'disk.link'),
@@ -584,7 +575,7 @@ class RealDaemonTestCase(BoundaryTestCase):
                                      DISK_SIZE)
             self.assertEqual('ok', outcome, value)
         self.assertEqual(DISK_SIZE - 65536 - 4096, value)
-        self.assertEqual(0, hole_bytes(target))
+        self.assertEqual(0, pb_fixtures.hole_bytes(target))
         new_pid = self._daemon_pid()
         self.assertNotEqual(pid, new_pid)
         self._assert_caps(new_pid)
@@ -617,6 +608,6 @@ class RealDaemonTestCase(BoundaryTestCase):
                 self.daemon_root, instance.uuid)))
             outcome, value = bounded(spawn)
             self.assertEqual('ok', outcome, value)
-        self.assertEqual(0, hole_bytes(value))
+        self.assertEqual(0, pb_fixtures.hole_bytes(value))
         self.assertGreaterEqual(pb_fixtures.allocated(value), DISK_SIZE)
         self._assert_caps(self._daemon_pid())
