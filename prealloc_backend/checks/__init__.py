@@ -1,0 +1,50 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The checks of ``prealloc-backend check``, one module per concern.
+
+Each check is a function ``check_*(host) -> Result`` (checks/result.py) of
+one concern, reading the configuration and shared facts from ``host``
+(checks/host.py):
+
+- config.py: option values valid; the effective mode and the plan for it.
+- compute_driver.py: compute_driver loads the plugin as nova-compute will.
+- filesystem.py: fallocate(2) on instances_path (a real probe); free space
+  for a new disk as the plan sizes it.
+- qemu_img.py: qemu-img's version; a real extended_l2 overlay made and
+  grown in instances_path.
+- privsep.py: how nova-compute will start the privileged daemon.
+- libvirtd.py: libvirt's disk ownership settings (qemu.conf); the
+  <metadata_cache> the plan writes, and whether libvirt honours it.
+
+CHECKS is their order in the report; cmd/check.py runs them on
+oslo.upgradecheck.
+"""
+
+from prealloc_backend.checks import compute_driver
+from prealloc_backend.checks import config
+from prealloc_backend.checks import filesystem
+from prealloc_backend.checks import libvirtd
+from prealloc_backend.checks import privsep
+from prealloc_backend.checks import qemu_img
+
+CHECKS = (
+    ('Configuration', config.check_options),
+    ('Effective mode', config.check_mode),
+    ('Compute driver', compute_driver.check_compute_driver),
+    ('Instances filesystem', filesystem.check_filesystem),
+    ('Free space', filesystem.check_free_space),
+    ('qemu-img', qemu_img.check_qemu_img),
+    ('Privsep daemon', privsep.check_privsep),
+    ('libvirt disk ownership', libvirtd.check_ownership),
+    ('libvirt metadata cache', libvirtd.check_metadata_cache),
+)

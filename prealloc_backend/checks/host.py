@@ -1,0 +1,108 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The host under check: its configuration and the facts measured once.
+
+Checks read the configuration through ``host.conf`` (nova's global
+configuration, parsed as nova-compute parses it) and share what is costly
+or must not change between two checks: the filesystem facts (a real
+fallocate(2) probe, ``f_bavail * f_frsize``) are measured once, before any
+check writes there. Needed bytes and the qcow2 layout come only from
+``policy.make_plan``, through ``Host.plan``: the check reports what the
+backend will do because it asks the function the backend asks.
+"""
+
+import os
+
+from prealloc_backend import fsprobe
+from prealloc_backend import modes
+from prealloc_backend import policy
+
+# Where libvirt's QEMU driver reads its configuration.
+QEMU_CONF = '/etc/libvirt/qemu.conf'
+
+
+class Host:
+    """One compute host, as nova.conf and the machine describe it."""
+
+    def __init__(self, conf, config_args=(), disk_size=0,
+                 qemu_conf=QEMU_CONF):
+        self.conf = conf
+        # The oslo.config arguments the configuration was parsed from.
+        self.config_args = list(config_args)
+        # Size of the new disk the free-space check must fit.
+        self.disk_size = disk_size
+        self.qemu_conf = qemu_conf
+        # '[group] name' of each option whose value is invalid (filled by
+        # the options check, read when a later check trips on one).
+        self.invalid_options = []
+        self._fs = None
+
+    @property
+    def mode(self):
+        """The host's Mode (raises InvalidPreallocMode or ValueError)."""
+        return modes.host_mode(self.conf)
+
+    @property
+    def disk_format(self):
+        """policy.DiskFormat of new instance disks, or None when they are
+        not files the plugin handles (rbd, lvm, ploop).
+        """
+        images_type = self.conf.libvirt.images_type
+        if images_type == 'qcow2' or (images_type == 'default' and
+                                      self.conf.use_cow_images):
+            return policy.DiskFormat.QCOW2
+        if images_type in ('raw', 'flat', 'default'):
+            return policy.DiskFormat.RAW
+        return None
+
+    def filesystem(self):
+        """Facts about the filesystem holding instances_path, measured on
+        the first call: a dict with instances_path, exists, directory (the
+        nearest existing directory, where the facts are measured), fs_type,
+        fallocate (a real probe) and free_bytes (f_bavail * f_frsize).
+        """
+        if self._fs is None:
+            path = os.path.abspath(self.conf.instances_path)
+            directory = path
+            while not os.path.isdir(directory):
+                directory = os.path.dirname(directory)
+            self._fs = {
+                'instances_path': path,
+                'exists': directory == path,
+                'directory': directory,
+                'fs_type': fsprobe.fs_type(directory),
+                'fallocate': fsprobe.supports_fallocate(directory),
+                'free_bytes': fsprobe.free_bytes(directory),
+            }
+        return self._fs
+
+    def fs_facts(self):
+        fs = self.filesystem()
+        return policy.FsFacts(fallocate_ok=fs['fallocate'],
+                              fstype=fs['fs_type'],
+                              free_bytes=fs['free_bytes'])
+
+    def plan(self, size, mode=None, fmt=None):
+        """policy.make_plan's DiskPlan for a new disk of ``size`` bytes.
+
+        ``mode``: plan for a flavor whose extra spec asks this Mode (the
+        host's mode when None); ``fmt``: another DiskFormat than the host's.
+        Raises what make_plan raises (FallocateUnsupported when the options
+        make every such spawn fail).
+        """
+        extra_specs = {}
+        if mode is not None:
+            extra_specs[modes.FLAVOR_MODE_KEY] = mode.value
+        return policy.make_plan(self.conf.prealloc_backend, extra_specs,
+                                self.mode, fmt or self.disk_format, size,
+                                self.fs_facts())

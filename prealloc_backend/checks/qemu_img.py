@@ -1,0 +1,173 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Check qemu-img: its version, and a real extended_l2 overlay made here.
+
+The version must know extended_l2 (QEMU 5.2), which a preallocated overlay
+with a backing file needs. Then the check does, in a scratch directory in
+instances_path, what the backend does for a new disk: create a small
+overlay of a raw base with the plan's layout (``policy.make_plan`` for the
+host's mode; metadata when the host's mode is none, since flavors may ask
+for more), read it back with ``qemu-img info``, and grow it with the same
+preallocation. The scratch directory is removed whatever happens.
+"""
+
+import os
+import re
+import shutil
+import tempfile
+
+from oslo_utils import units
+
+from prealloc_backend.checks import result
+from prealloc_backend import exception
+from prealloc_backend import modes
+from prealloc_backend import policy
+from prealloc_backend import qemu
+
+# The overlay the check creates, its base, and what it grows it to.
+PROBE_BASE_BYTES = units.Mi
+PROBE_OVERLAY_BYTES = 4 * units.Mi
+PROBE_GROWN_BYTES = 8 * units.Mi
+# Below this much free space the check does not write its overlay.
+PROBE_MIN_FREE = 32 * units.Mi
+# extended_l2 (QEMU 5.2) is what lets QEMU preallocate an overlay.
+MIN_QEMU_VERSION = (5, 2)
+# Seconds any one qemu-img run of the check may take.
+TIMEOUT = 60
+
+
+def qemu_img_version():
+    """(first line of ``qemu-img --version``, (major, minor, micro))."""
+    out = qemu.execute('--version', timeout=TIMEOUT)
+    first = out.splitlines()[0] if out else ''
+    match = re.search(r'version (\d+)\.(\d+)(?:\.(\d+))?', first)
+    if not match:
+        raise exception.QemuImgOutputError(
+            cmd='qemu-img --version', reason='no version number',
+            output=out[:200])
+    return first.strip(), tuple(int(g or 0) for g in match.groups())
+
+
+def probe_plan(host):
+    """(the plan the probe overlay is made with, a note or None)."""
+    note = None
+    try:
+        plan = host.plan(PROBE_OVERLAY_BYTES, fmt=policy.DiskFormat.QCOW2)
+    except exception.FallocateUnsupported as exc:
+        # Spawns fail in this mode (the filesystem check says so); test
+        # what flavors asking metadata get.
+        note = exc.format_message()
+        plan = host.plan(PROBE_OVERLAY_BYTES, mode=modes.Mode.METADATA,
+                         fmt=policy.DiskFormat.QCOW2)
+    if plan.preallocation is policy.Qcow2Preallocation.OFF:
+        # Thin by the host's mode, but flavors may ask for more: test it.
+        asked = host.plan(PROBE_OVERLAY_BYTES, mode=modes.Mode.METADATA,
+                          fmt=policy.DiskFormat.QCOW2)
+        if asked.preallocation is not policy.Qcow2Preallocation.OFF:
+            plan = asked
+    return plan, note
+
+
+def _layout(plan):
+    return policy.Qcow2Layout(preallocation=plan.preallocation.value,
+                              extended_l2=bool(plan.extended_l2),
+                              cluster_size=plan.cluster_size or 64 * units.Ki)
+
+
+def try_overlay(directory, plan):
+    """Create, inspect and grow a small overlay in ``directory`` made as
+    ``plan`` says; return its allocated bytes before and after growing.
+    """
+    layout = _layout(plan)
+    workdir = tempfile.mkdtemp(prefix='.prealloc-check-', dir=directory)
+    try:
+        base = os.path.join(workdir, 'base.raw')
+        with open(base, 'wb') as f:
+            f.write(b'prealloc-check' * (PROBE_BASE_BYTES // 14))
+            f.truncate(PROBE_BASE_BYTES)
+        overlay = os.path.join(workdir, 'overlay.qcow2')
+        qemu.create_overlay(overlay, PROBE_OVERLAY_BYTES, base, 'raw',
+                            layout, timeout=TIMEOUT)
+        qemu.check_overlay(overlay, PROBE_OVERLAY_BYTES, base, layout)
+        allocated = os.stat(overlay).st_blocks * 512
+        qemu.resize(overlay, 'qcow2', PROBE_GROWN_BYTES,
+                    layout.preallocation if layout.extended_l2 else 'off',
+                    timeout=TIMEOUT)
+        grown = os.stat(overlay).st_blocks * 512
+        return {'allocated_bytes': allocated,
+                'grown_allocated_bytes': grown}
+    except OSError as exc:
+        raise exception.AllocationFailed(path=workdir, reason=str(exc))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def check_qemu_img(host):
+    """qemu-img knows extended_l2 and makes the plan's overlay here."""
+    try:
+        line, version = qemu_img_version()
+    except exception.PreallocError as exc:
+        return result.failure(
+            'qemu-img cannot run: %s' % exc.format_message(),
+            'Install qemu-img (Debian/Ubuntu: qemu-utils, RHEL: qemu-img) '
+            "in nova-compute's PATH.")
+    facts = {'version': '.'.join(str(v) for v in version),
+             'version_line': line}
+    if version[:2] < MIN_QEMU_VERSION:
+        return result.failure(
+            '%s: extended_l2, which preallocated overlays need, came with '
+            'QEMU 5.2.' % line, 'Upgrade QEMU (nova 34 needs 6.2 anyway).',
+            **facts)
+    fs = host.filesystem()
+    if fs['free_bytes'] < PROBE_MIN_FREE:
+        return result.warning(
+            '%s; no test overlay created: only %s free on the filesystem '
+            'holding %s.' % (line, result.human(fs['free_bytes']),
+                             fs['instances_path']),
+            'Free space there (see the free space check) and run the check '
+            'again.', **facts)
+    plan, note = probe_plan(host)
+    facts.update(preallocation=plan.preallocation.value,
+                 extended_l2=bool(plan.extended_l2),
+                 cluster_size=plan.cluster_size)
+    said = ('extended_l2=%s, preallocation=%s'
+            % ('on' if plan.extended_l2 else 'off', plan.preallocation.value))
+    try:
+        tested = try_overlay(fs['directory'], plan)
+    except exception.PreallocError as exc:
+        return result.failure(
+            '%s cannot create a qcow2 overlay with %s in %s: %s'
+            % (line, said, fs['directory'], exc.format_message()),
+            'Spawns fail the same way: fix the error above (a QEMU without '
+            'extended_l2 support, a filesystem refusing the writes), or set '
+            '[prealloc_backend] mode = none.', **facts)
+    facts.update(tested)
+    details = ('%s created a %s overlay with %s, cluster_size=%s in %s (%s '
+               'allocated) and grew it to %s (%s allocated).'
+               % (line, result.human(PROBE_OVERLAY_BYTES), said,
+                  result.human(_layout(plan).cluster_size), fs['directory'],
+                  result.human(tested['allocated_bytes']),
+                  result.human(PROBE_GROWN_BYTES),
+                  result.human(tested['grown_allocated_bytes'])))
+    if plan.warning:
+        details += ' (%s)' % plan.warning
+    if note:
+        details += ' (%s)' % note
+    if plan.preallocation in (policy.Qcow2Preallocation.FALLOC,
+                              policy.Qcow2Preallocation.FULL) and (
+            tested['grown_allocated_bytes'] < PROBE_GROWN_BYTES):
+        return result.warning(
+            details + ' The data area is not fully allocated.',
+            'Check that the filesystem supports fallocate(2) for files '
+            'qemu-img writes (see the filesystem check).', **facts)
+    return result.success(details, **facts)

@@ -1,0 +1,56 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""What a check returns: an oslo.upgradecheck Result with its fix and facts.
+
+Every check of ``prealloc-backend check`` is a function ``check(host) ->
+Result``; ``host`` (checks/host.py) holds the parsed configuration and the
+facts measured once for all checks. A Result carries oslo.upgradecheck's
+Code (SUCCESS, WARNING, FAILURE), one paragraph of details, the fix (a
+sentence telling the operator what to change, for WARNING and FAILURE) and
+the facts measured, which ``--json`` prints for configuration management.
+"""
+
+from oslo_upgradecheck import upgradecheck
+from oslo_utils import units
+
+Code = upgradecheck.Code
+
+
+class Result(upgradecheck.Result):
+    """An oslo.upgradecheck Result with the fix and the facts measured."""
+
+    def __init__(self, code, details, fix=None, facts=None):
+        super().__init__(code, details)
+        self.fix = fix
+        self.facts = facts or {}
+
+
+def success(details, **facts):
+    return Result(Code.SUCCESS, details, facts=facts)
+
+
+def warning(details, fix, **facts):
+    return Result(Code.WARNING, details, fix=fix, facts=facts)
+
+
+def failure(details, fix, **facts):
+    return Result(Code.FAILURE, details, fix=fix, facts=facts)
+
+
+def human(nbytes):
+    """1536 -> '1.5 KiB'."""
+    for unit, factor in (('TiB', units.Ti), ('GiB', units.Gi),
+                         ('MiB', units.Mi), ('KiB', units.Ki)):
+        if nbytes >= factor:
+            return '%.1f %s' % (nbytes / factor, unit)
+    return '%d bytes' % nbytes
