@@ -160,3 +160,68 @@ def hole_bytes(path):
 
 def allocated(path):
     return os.stat(path).st_blocks * 512
+
+
+def write_conf(path, sections):
+    """Write an ini file from {section: {option: value}}; return path."""
+    with open(path, 'w') as f:
+        for section, options in sections.items():
+            f.write('[%s]\n' % section)
+            for name, value in options.items():
+                f.write('%s = %s\n' % (name, value))
+            f.write('\n')
+    return path
+
+
+class CheckHost(fixtures.Fixture):
+    """``prealloc-backend check``'s Host of a real nova.conf.
+
+    Writes ``sections`` to ``path``, parses it into nova's global CONF as
+    the command does (reset after the test) and builds the Host the checks
+    read: ``self.host``. ``qemu_conf``: libvirt's qemu.conf to read.
+    """
+
+    def __init__(self, path, sections, disk_size=64 * 1024 * 1024,
+                 qemu_conf='/nonexistent/qemu.conf'):
+        super().__init__()
+        self.path = path
+        self.sections = sections
+        self.disk_size = disk_size
+        self.qemu_conf = qemu_conf
+
+    def _setUp(self):
+        from oslo_config import fixture as config_fixture
+
+        from prealloc_backend.checks import host as check_host
+        from prealloc_backend.cmd import check
+        from prealloc_backend import conf
+
+        self.useFixture(config_fixture.Config(conf.CONF))
+        fsprobe.forget()
+        self.addCleanup(fsprobe.forget)
+        write_conf(self.path, self.sections)
+        check.load_config(conf.CONF, [self.path], [])
+        self.host = check_host.Host(conf.CONF, ['--config-file', self.path],
+                                    self.disk_size, qemu_conf=self.qemu_conf)
+
+
+def check_sections(conf_path, instances_path, **prealloc):
+    """nova.conf sections of a healthy host for ``prealloc-backend check``:
+    the plugin's driver, mode space, the daemon started by this venv's
+    privsep-helper reading ``conf_path``; ``prealloc`` are
+    [prealloc_backend] options.
+    """
+    import sys
+
+    helper = os.path.join(os.path.dirname(sys.executable), 'privsep-helper')
+    return {
+        'DEFAULT': {
+            'compute_driver': 'prealloc_backend.LibvirtDriver',
+            'preallocate_images': 'space',
+            'instances_path': instances_path,
+        },
+        'prealloc_backend': prealloc,
+        'prealloc_backend_privsep': {
+            'helper_command': '%s --config-file %s' % (helper, conf_path),
+        },
+    }
