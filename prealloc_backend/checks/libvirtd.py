@@ -30,7 +30,6 @@ daemon's ``--version`` (virtqemud, else libvirtd) and reports the cache the
 plan (``policy.make_plan``) gives a disk of ``--disk-size``.
 """
 
-import os
 import pwd
 import re
 import shutil

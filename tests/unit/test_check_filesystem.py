@@ -1,0 +1,125 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The filesystem checks on the test's real temporary filesystem.
+
+fallocate(2) support and the type are read here independently (the
+fallocate command, findmnt); free space is compared with statvfs, and a
+disk larger than the filesystem stands for a full one. Filesystems without
+fallocate(2) and really full ones need loop mounts: tests/privileged.
+"""
+
+import os
+import subprocess
+
+import fixtures
+from oslo_utils import units
+from oslotest import base
+
+from prealloc_backend.checks import filesystem
+from prealloc_backend.checks import result
+from tests import fixtures as pb_fixtures
+
+
+def findmnt_fstype(path):
+    return subprocess.run(['findmnt', '-n', '-o', 'FSTYPE', '-T', path],
+                          check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+class FilesystemCase(base.BaseTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = self.useFixture(fixtures.TempDir()).path
+        self.instances = os.path.join(self.tmp, 'instances')
+        os.mkdir(self.instances)
+        self.conf_path = os.path.join(self.tmp, 'nova.conf')
+
+    def host(self, disk_size=64 * units.Mi, images_type=None, **options):
+        sections = pb_fixtures.check_sections(self.conf_path, self.instances,
+                                              **options)
+        if images_type:
+            sections['libvirt'] = {'images_type': images_type}
+        return self.useFixture(pb_fixtures.CheckHost(
+            self.conf_path, sections, disk_size=disk_size)).host
+
+
+class TestFilesystem(FilesystemCase):
+
+    def test_fallocate_supported(self):
+        probe = os.path.join(self.tmp, 'probe')
+        proc = subprocess.run(['fallocate', '-l', '64K', probe],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            self.skipTest('no fallocate(2) here: %s' % proc.stderr)
+        res = filesystem.check_filesystem(self.host())
+        self.assertEqual(result.Code.SUCCESS, res.code, res.details)
+        self.assertTrue(res.facts['fallocate'])
+        self.assertEqual(findmnt_fstype(self.instances), res.facts['fs_type'])
+        self.assertEqual(self.instances, res.facts['instances_path'])
+        self.assertTrue(res.facts['exists'])
+        self.assertIn('fallocate(2) supported (probed)', res.details)
+        # The probe leaves nothing behind.
+        self.assertEqual([], os.listdir(self.instances))
+
+    def test_instances_path_not_made_yet(self):
+        self.instances = os.path.join(self.instances, 'not', 'yet')
+        res = filesystem.check_filesystem(self.host())
+        self.assertFalse(res.facts['exists'])
+        self.assertEqual(os.path.join(self.tmp, 'instances'),
+                         res.facts['directory'])
+        self.assertIn('does not exist yet', res.details)
+
+
+class TestFreeSpace(FilesystemCase):
+
+    def test_room(self):
+        res = filesystem.check_free_space(self.host(images_type='raw'))
+        self.assertEqual(result.Code.SUCCESS, res.code, res.details)
+        # Mode space, raw, fallocate(2): the whole disk is allocated.
+        self.assertEqual(64 * units.Mi, res.facts['needed_bytes'])
+        self.assertEqual(64 * units.Mi, res.facts['disk_bytes'])
+        self.assertEqual('raw, fallocate', res.facts['allocation'])
+        vfs = os.statvfs(self.instances)
+        # Others write to this filesystem meanwhile: roughly equal.
+        self.assertAlmostEqual(vfs.f_bavail * vfs.f_frsize,
+                               res.facts['free_bytes'], delta=512 * units.Mi)
+        self.assertIn('room for', res.details)
+
+    def test_disk_larger_than_the_filesystem(self):
+        vfs = os.statvfs(self.instances)
+        size = 2 * vfs.f_blocks * vfs.f_frsize
+        res = filesystem.check_free_space(self.host(disk_size=size))
+        self.assertEqual(result.Code.FAILURE, res.code, res.details)
+        # qcow2, falloc: at least the data area.
+        self.assertGreaterEqual(res.facts['needed_bytes'], size)
+        self.assertLess(res.facts['free_bytes'], size)
+        self.assertIn('Not enough space to preallocate disk', res.details)
+        self.assertIn('Free space on that filesystem', res.fix)
+
+    def test_thin_disks_need_only_a_little(self):
+        vfs = os.statvfs(self.instances)
+        size = 2 * vfs.f_blocks * vfs.f_frsize
+        res = filesystem.check_free_space(self.host(
+            disk_size=size, images_type='raw', mode='none'))
+        self.assertEqual(result.Code.SUCCESS, res.code, res.details)
+        self.assertEqual(0, res.facts['needed_bytes'])
+        self.assertEqual(size, res.facts['needed_bytes_full'])
+        self.assertIn('0 with a flavor asking prealloc:mode=full',
+                      res.details)
+
+    def test_disks_not_in_instances_path(self):
+        res = filesystem.check_free_space(self.host(images_type='rbd'))
+        self.assertEqual(result.Code.SUCCESS, res.code)
+        self.assertNotIn('needed_bytes', res.facts)
+        self.assertIn('not files in instances_path', res.details)
