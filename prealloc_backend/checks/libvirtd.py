@@ -272,21 +272,39 @@ def check_metadata_cache(host):
     if host.disk_format is not policy.DiskFormat.QCOW2:
         return result.success('Instance disks are not qcow2: no metadata '
                               'cache in the guest XML.', **facts)
+    size = result.human(host.disk_size)
     plan = host.plan(host.disk_size)
-    facts['metadata_cache_bytes'] = plan.metadata_cache_bytes
-    if plan.metadata_cache_bytes is None:
+    who = 'A %s qcow2 disk' % size
+    if plan.mode is modes.Mode.NONE:
+        # nova's own overlays; flavors asking for a mode get the plan's.
+        plan = host.plan(host.disk_size, mode=modes.Mode.METADATA)
+        who = ('In mode none disks get no <metadata_cache>; a %s qcow2 disk '
+               'of a flavor asking %s=metadata, space or full'
+               % (size, modes.FLAVOR_MODE_KEY))
+    cache = plan.metadata_cache_bytes
+    facts['metadata_cache_bytes'] = cache
+    if cache is None:
         if opts.qcow2_l2_cache != 'full-coverage':
             return result.success(
-                'qcow2_l2_cache = %s: disks get QEMU\'s default metadata '
+                "qcow2_l2_cache = %s: disks get QEMU's default metadata "
                 'cache.' % opts.qcow2_l2_cache, **facts)
+        if policy.l2_cache_bytes(plan.virtual_size, plan.cluster_size,
+                                 plan.extended_l2) <= (
+                policy.QEMU_DEFAULT_L2_CACHE):
+            return result.success(
+                "%s gets no <metadata_cache>: QEMU's default L2 cache "
+                '(%s) covers it. Check a larger disk with --disk-size.'
+                % (who, result.human(policy.QEMU_DEFAULT_L2_CACHE)),
+                **facts)
         return result.warning(
-            'A %s qcow2 disk gets no <metadata_cache>: the cache covering '
-            'it would exceed [prealloc_backend] qcow2_metadata_cache_max_mb '
-            '= %d, so QEMU\'s default cache serves it%s.'
-            % (result.human(host.disk_size), opts.qcow2_metadata_cache_max_mb,
-               ' (%s)' % plan.warning if plan.warning else ''),
-            'Raise qcow2_metadata_cache_max_mb, or give such flavors larger '
-            'clusters (qcow2_cluster_size).', **facts)
+            "%s gets no <metadata_cache>: the cache covering it would "
+            'exceed [prealloc_backend] qcow2_metadata_cache_max_mb = %d, so '
+            "QEMU's default cache serves only part of it (random reads over "
+            'the whole disk are slower).'
+            % (who, opts.qcow2_metadata_cache_max_mb),
+            'Raise qcow2_metadata_cache_max_mb, or give flavors of such '
+            'disks larger clusters (qcow2_cluster_size or the '
+            'prealloc:cluster_size extra spec).', **facts)
     try:
         daemon, version = libvirt_version()
     except (processutils.ProcessExecutionError, OSError) as exc:
@@ -295,9 +313,7 @@ def check_metadata_cache(host):
             'Make sure libvirt runs on this host.', **facts)
     facts.update(libvirt_daemon=daemon,
                  libvirt_version='.'.join(map(str, version or ())) or None)
-    said = ('A %s qcow2 disk gets <metadata_cache> of %s'
-            % (result.human(host.disk_size),
-               result.human(plan.metadata_cache_bytes)))
+    said = '%s gets <metadata_cache> of %s' % (who, result.human(cache))
     if daemon is None:
         return result.warning(
             said + '; no libvirt daemon (%s) found to tell whether libvirt '
@@ -306,8 +322,8 @@ def check_metadata_cache(host):
             '7.0 or later.', **facts)
     if version < METADATA_CACHE_LIBVIRT:
         return result.warning(
-            said + ', but %s is libvirt %s, which ignores the element: the '
-            'disks get QEMU\'s default cache.'
+            said + ", but %s is libvirt %s, which ignores the element: the "
+            "disks get QEMU's default cache."
             % (daemon, facts['libvirt_version']),
             'Upgrade libvirt to 7.0 or later (nova 34 needs 8.0).', **facts)
     return result.success(said + '; %s (libvirt %s) honours it.'

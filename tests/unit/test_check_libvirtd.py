@@ -221,7 +221,8 @@ class TestMetadataCache(LibvirtCase):
                                 host.fs_facts())
 
     def test_qcow2(self):
-        host = self.host()
+        # 1 TiB: more than QEMU's default L2 cache covers.
+        host = self.host(disk_size=units.Ti)
         res = libvirtd.check_metadata_cache(host)
         cache = self.plan(host).metadata_cache_bytes
         self.assertIsNotNone(cache)
@@ -246,9 +247,26 @@ class TestMetadataCache(LibvirtCase):
         self.assertIn('qcow2_metadata_cache_max_mb = 1', res.details)
         self.assertIn('Raise qcow2_metadata_cache_max_mb', res.fix)
 
+    def test_default_cache_covers_a_small_disk(self):
+        host = self.host()
+        res = libvirtd.check_metadata_cache(host)
+        self.assertIsNone(self.plan(host).metadata_cache_bytes)
+        self.assertEqual(libvirtd.result.Code.SUCCESS, res.code, res.details)
+        self.assertIn("QEMU's default L2 cache (32.0 MiB) covers it",
+                      res.details)
+        self.assertNotIn('libvirt_version', res.facts)
+
+    def test_mode_none(self):
+        host = self.host(mode='none', disk_size=units.Ti)
+        self.assertIsNone(self.plan(host).metadata_cache_bytes)
+        res = libvirtd.check_metadata_cache(host)
+        self.assertIn('In mode none disks get no <metadata_cache>',
+                      res.details)
+        self.assertIsNotNone(res.facts['metadata_cache_bytes'])
+
     def test_qemu_default_cache(self):
         res = libvirtd.check_metadata_cache(
-            self.host(qcow2_l2_cache='qemu-default'))
+            self.host(qcow2_l2_cache='qemu-default', disk_size=units.Ti))
         self.assertEqual(libvirtd.result.Code.SUCCESS, res.code)
         self.assertIsNone(res.facts['metadata_cache_bytes'])
         self.assertIn("QEMU's default", res.details)
