@@ -36,6 +36,7 @@ import shutil
 
 from oslo_concurrency import processutils
 
+from prealloc_backend.checks import host as check_host
 from prealloc_backend.checks import result
 from prealloc_backend import modes
 from prealloc_backend import policy
@@ -257,8 +258,7 @@ def libvirt_version():
         path = shutil.which(name) or shutil.which(name, path=SBIN)
         if not path:
             continue
-        out, _err = processutils.execute('env', 'LC_ALL=C', path,
-                                         '--version', timeout=TIMEOUT)
+        out = check_host.execute(path, '--version', timeout=TIMEOUT)
         match = re.search(r'(\d+)\.(\d+)\.(\d+)', out)
         if match:
             return path, tuple(int(g) for g in match.groups())
@@ -307,7 +307,8 @@ def check_metadata_cache(host):
             'prealloc:cluster_size extra spec).', **facts)
     try:
         daemon, version = libvirt_version()
-    except (processutils.ProcessExecutionError, OSError) as exc:
+    except (processutils.ProcessExecutionError, OSError,
+            check_host.Timeout) as exc:
         return result.warning(
             'Cannot run the libvirt daemon to read its version: %s' % exc,
             'Make sure libvirt runs on this host.', **facts)
