@@ -137,4 +137,5 @@ class Host:
             extra_specs[modes.FLAVOR_MODE_KEY] = mode.value
         return policy.make_plan(self.conf.prealloc_backend, extra_specs,
                                 self.mode, fmt or self.disk_format, size,
-                                self.fs_facts())
+                                self.fs_facts(),
+                                path=self.filesystem()['instances_path'])

@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import tempfile
+import types
 
 from oslo_utils import units
 
@@ -79,9 +80,11 @@ def probe_plan(host):
 
 
 def _layout(plan):
-    return policy.Qcow2Layout(preallocation=plan.preallocation.value,
-                              extended_l2=bool(plan.extended_l2),
-                              cluster_size=plan.cluster_size or 64 * units.Ki)
+    """What qemu.create_overlay reads of a layout, from the plan."""
+    return types.SimpleNamespace(
+        preallocation=plan.preallocation.value,
+        extended_l2=bool(plan.extended_l2),
+        cluster_size=plan.cluster_size or policy.QEMU_DEFAULT_CLUSTER)
 
 
 def try_overlay(directory, plan):

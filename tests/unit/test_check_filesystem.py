@@ -18,6 +18,7 @@ disk larger than the filesystem stands for a full one. Filesystems without
 fallocate(2) and really full ones need loop mounts: tests/privileged.
 """
 
+import json
 import os
 import subprocess
 
@@ -95,6 +96,20 @@ class TestFreeSpace(FilesystemCase):
         self.assertAlmostEqual(vfs.f_bavail * vfs.f_frsize,
                                res.facts['free_bytes'], delta=512 * units.Mi)
         self.assertIn('room for', res.details)
+
+    def test_qcow2_falloc_needs_what_qemu_img_measures(self):
+        res = filesystem.check_free_space(self.host())
+        self.assertEqual(result.Code.SUCCESS, res.code, res.details)
+        self.assertEqual('qcow2 preallocation=falloc',
+                         res.facts['allocation'])
+        # The default layout: 128K clusters, extended_l2.
+        measured = json.loads(subprocess.run(
+            ['qemu-img', 'measure', '--output=json', '-O', 'qcow2', '-o',
+             'cluster_size=131072,extended_l2=on,preallocation=falloc',
+             '--size', str(64 * units.Mi)], check=True, capture_output=True,
+            text=True).stdout)
+        self.assertEqual(measured['fully-allocated'],
+                         res.facts['needed_bytes'])
 
     def test_disk_larger_than_the_filesystem(self):
         vfs = os.statvfs(self.instances)
