@@ -14,7 +14,7 @@
 
 The method of the seed measurements (dd inside a guest): the disks are made
 like the other write workloads' (the plugin's and nova's own image
-backends), then prealloc_backend.guest boots a busybox guest built on this
+backends), then prealloc_backend.bench.guest boots a busybox guest built on this
 machine from Debian packages on each, which writes from the start of its
 disk with O_DIRECT, prints the time on its serial console and powers off.
 KVM when /dev/kvm really runs a guest, TCG otherwise; the table says which.
@@ -29,7 +29,7 @@ from oslo_utils import units
 from prealloc_backend.bench import engine
 from prealloc_backend.bench import variants as vs
 from prealloc_backend.bench import workloads
-from prealloc_backend import guest
+from prealloc_backend.bench import guest
 
 WRITE_MIB = {'default': 256, 'quick': 32}
 

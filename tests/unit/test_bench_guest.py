@@ -22,7 +22,7 @@ from prealloc_backend.bench import engine
 from prealloc_backend.bench import guest_writes
 from prealloc_backend.bench import workloads
 from prealloc_backend.cmd import bench as cmd_bench
-from prealloc_backend import guest
+from prealloc_backend.bench import guest
 from tests import base
 
 
