@@ -10,8 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend.bench.guest on its own: the runners the benchmark calls boot
-the real guest (TCG, so that the result does not depend on /dev/kvm) and
+"""prealloc_backend.bench.guest on its own: the runners the benchmark calls
+boot the real guest (TCG, so that the result does not depend on /dev/kvm) and
 the guest really writes its disk.
 """
 
