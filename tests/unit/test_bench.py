@@ -325,9 +325,11 @@ class TableTestCase(base.TestCase):
         metadata = [line for line in lines
                     if line.strip().startswith('plugin metadata ')][0]
         # Figures [min-max], then the paired ratios.
+        # Paired: 95/100, 190/200, 95/100 against raw fallocated;
+        # 95/100, 190/100, 95/200 against raw zero-written.
         self.assertEqual(['plugin', 'metadata', '95', '[95-190]',
-                          '0.95', '[0.95-0.95]', '1.90', '[0.95-1.90]',
-                          '1.90', '[1.90-1.90]'], metadata.split())
+                          '0.95', '[0.95-0.95]', '0.95', '[0.47-1.90]',
+                          '1.90', '[0.95-3.80]'], metadata.split())
         self.assertIn('   256K asked:', lines)
         self.assertIn('   not shown: plugin full (256K asked): cannot be '
                       'reserved', text)
