@@ -68,6 +68,9 @@ class Config:
     new_cluster_writes: int   # 4 KiB writes, each in a new cluster (most)
     dense_writes: int         # dense 4 KiB writes, QD1 and QD16
     small_writes: int         # dense 512-byte writes
+    # Virtual size (and backing data) of the disks of the dense, 512-byte
+    # and flushed writes, which touch only their start.
+    dense_disk: int
     flush_writes: int         # 4 KiB writes with a flush every ...
     flush_interval: int       # ... this many writes
     read_disk: int            # virtual size of the disks read
@@ -86,7 +89,7 @@ DEFAULT = Config(
     name='default', reps=3,
     write_disk=2 * units.Gi, write_base=2 * units.Gi,
     seq_bytes=2 * units.Gi, new_cluster_writes=16384,
-    dense_writes=16384, small_writes=32768,
+    dense_writes=16384, small_writes=32768, dense_disk=256 * units.Mi,
     flush_writes=8192, flush_interval=16,
     read_disk=units.Ti, read_points=16384,
     create_sizes=(10 * units.Gi, 100 * units.Gi, units.Ti),
@@ -96,7 +99,7 @@ QUICK = Config(
     name='quick', reps=1,
     write_disk=256 * units.Mi, write_base=256 * units.Mi,
     seq_bytes=256 * units.Mi, new_cluster_writes=2048,
-    dense_writes=2048, small_writes=8192,
+    dense_writes=2048, small_writes=8192, dense_disk=64 * units.Mi,
     flush_writes=1024, flush_interval=16,
     read_disk=units.Ti, read_points=2048,
     create_sizes=(10 * units.Gi, units.Ti),

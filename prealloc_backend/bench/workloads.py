@@ -210,6 +210,10 @@ class _FirstWrites(Workload):
     def count(self, bench, group):
         raise NotImplementedError()
 
+    def disk_size(self, bench):
+        """Virtual size of the disks, and data in their backing file."""
+        return bench.config.write_disk
+
     def step(self, bench, group):
         return None
 
@@ -219,11 +223,15 @@ class _FirstWrites(Workload):
         return self.count(bench, group) * max(step, KiB4)
 
     def describe(self, bench):
-        cfg = bench.config
         return ('fresh %s disks per sample: qcow2 overlays of a raw backing '
                 'file of %s random data, raw files for the raw rows' % (
-                    engine.fmt_bytes(cfg.write_disk),
-                    engine.fmt_bytes(cfg.write_base)))
+                    engine.fmt_bytes(self.disk_size(bench)),
+                    engine.fmt_bytes(self.base_size(bench))))
+
+    def base_size(self, bench):
+        if self.disk_size(bench) == bench.config.write_disk:
+            return bench.config.write_base
+        return self.disk_size(bench)
 
     def pattern_text(self, bench, group):
         step = self.step(bench, group)
@@ -247,7 +255,7 @@ class _FirstWrites(Workload):
         return None
 
     def setup(self, bench):
-        bench.base(bench.config.write_base)
+        bench.base(self.base_size(bench))
 
     def default_groups(self, bench):
         cfg = bench.config
@@ -259,7 +267,7 @@ class _FirstWrites(Workload):
 
     def groups(self, bench):
         """[(group, variants)]: the default layout, then opt-in sizes."""
-        size = bench.config.write_disk
+        size = self.disk_size(bench)
         groups = [(DEFAULT_GROUP, WRITE_VARIANTS + self.extra_variants)]
         if self.name in bench.config.cluster_sweep:
             for name, _value in opt_in_clusters(bench, size):
@@ -279,7 +287,7 @@ class _FirstWrites(Workload):
             for variant in variants:
                 skip = (why or self.too_few(bench, group) or
                         bench.cannot_reserve(
-                            variant, bench.config.write_disk,
+                            variant, self.disk_size(bench),
                             written=self.written(bench, group)))
                 cases.append(engine.Case(variant, group=group, skip=skip))
         return cases
@@ -287,7 +295,8 @@ class _FirstWrites(Workload):
     def measure(self, bench, case, rep):
         cfg = bench.config
         disk = vs.make_disk(case.variant, bench.workdir,
-                            bench.base(cfg.write_base), cfg.write_disk)
+                            bench.base(self.base_size(bench)),
+                            self.disk_size(bench))
         try:
             case.facts.update(disk_facts(disk))
             allocated = disk.allocated
@@ -375,6 +384,9 @@ class DenseWritesQD1(_FirstWrites):
     def count(self, bench, group):
         return bench.config.dense_writes
 
+    def disk_size(self, bench):
+        return bench.config.dense_disk
+
 
 @register
 class DenseWritesQD16(DenseWritesQD1):
@@ -391,6 +403,9 @@ class SmallWrites(_FirstWrites):
 
     def count(self, bench, group):
         return bench.config.small_writes
+
+    def disk_size(self, bench):
+        return bench.config.dense_disk
 
     def unmeasurable(self, bench):
         reason = tools.check_direct_io(bench.workdir, self.block)
@@ -411,6 +426,9 @@ class FlushedWrites(_FirstWrites):
 
     def count(self, bench, group):
         return bench.config.flush_writes
+
+    def disk_size(self, bench):
+        return bench.config.dense_disk
 
 
 @register

@@ -170,7 +170,8 @@ def run(args):
     if args.write_size:
         config = dataclasses.replace(
             config, write_disk=args.write_size, write_base=args.write_size,
-            seq_bytes=args.write_size)
+            seq_bytes=args.write_size,
+            dense_disk=min(config.dense_disk, args.write_size))
     chosen = workloads.instances()
     if args.only:
         names = [n.strip() for n in args.only.split(',') if n.strip()]
