@@ -18,7 +18,10 @@ plugin's and nova's privsep contexts switched to in-process for the run.
 Every workload's cases are measured round-robin: repetition 1 of every
 variant, then repetition 2 (starting one variant later), and so on, so
 that a slow minute of the host spreads over all variants instead of
-falling on one. Results are medians with min and max.
+falling on one. Each case keeps its samples by repetition, so that the
+report divides a variant's figure by its reference's of the same
+repetition (paired ratios) before taking the median and [min-max] of those
+ratios: a ratio of medians would compare figures taken minutes apart.
 """
 
 import dataclasses
@@ -49,7 +52,9 @@ import prealloc_backend.privsep
 LOG = logging.getLogger(__name__)
 CONF = variants.CONF
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# The group of a workload's rows at the plugin's default layout.
+DEFAULT_GROUP = 'default layout'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,34 +62,49 @@ class Config:
     """Sizes and counts of one kind of run."""
     name: str
     reps: int
-    write_disk: int           # virtual size of the disks written (1, 2)
-    write_base: int           # data in their backing file
-    seq_bytes: int            # bytes written sequentially (1)
-    new_cluster_writes: int   # 4 KiB writes, each in a new cluster (2)
-    random_disk: int          # virtual size of the thin disk read (3)
-    random_reads: int         # 4 KiB random reads per repetition (3)
-    create_sizes: tuple       # virtual sizes created (4)
-    extents_disk: int         # raw disk written then counted (5)
-    small_base: int = 16 * units.Mi  # backing data of (3), (4), (5)
+    write_disk: int           # virtual size of the disks written first
+    write_base: int           # random data in their backing file
+    seq_bytes: int            # 64 KiB sequential first writes
+    new_cluster_writes: int   # 4 KiB writes, each in a new cluster (most)
+    dense_writes: int         # dense 4 KiB writes, QD1 and QD16
+    small_writes: int         # dense 512-byte writes
+    # Virtual size (and backing data) of the disks of the dense, 512-byte
+    # and flushed writes, which touch only their start.
+    dense_disk: int
+    flush_writes: int         # 4 KiB writes with a flush every ...
+    flush_interval: int       # ... this many writes
+    read_disk: int            # virtual size of the disks read
+    read_points: int          # 4 KiB points written, then read, per rep
+    create_sizes: tuple       # virtual sizes created
+    extents_disk: int         # raw disk written then counted
+    # Workloads that also measure every opt-in cluster size.
+    cluster_sweep: tuple = ('new-cluster-write', 'seq-write', 'create',
+                            'random-read')
+    small_base: int = 16 * units.Mi  # backing data of reads and creation
     depth: int = 16
     seq_block: int = 64 * units.Ki
 
 
 DEFAULT = Config(
     name='default', reps=3,
-    write_disk=512 * units.Mi, write_base=256 * units.Mi,
-    seq_bytes=256 * units.Mi, new_cluster_writes=4096,
-    random_disk=units.Ti, random_reads=20000,
+    write_disk=2 * units.Gi, write_base=2 * units.Gi,
+    seq_bytes=2 * units.Gi, new_cluster_writes=16384,
+    dense_writes=16384, small_writes=32768, dense_disk=256 * units.Mi,
+    flush_writes=8192, flush_interval=16,
+    read_disk=units.Ti, read_points=16384,
     create_sizes=(10 * units.Gi, 100 * units.Gi, units.Ti),
     extents_disk=128 * units.Mi)
 
 QUICK = Config(
     name='quick', reps=1,
-    write_disk=128 * units.Mi, write_base=64 * units.Mi,
-    seq_bytes=64 * units.Mi, new_cluster_writes=512,
-    random_disk=units.Ti, random_reads=3000,
+    write_disk=256 * units.Mi, write_base=256 * units.Mi,
+    seq_bytes=256 * units.Mi, new_cluster_writes=2048,
+    dense_writes=2048, small_writes=8192, dense_disk=64 * units.Mi,
+    flush_writes=1024, flush_interval=16,
+    read_disk=units.Ti, read_points=2048,
     create_sizes=(10 * units.Gi, units.Ti),
-    extents_disk=32 * units.Mi, small_base=4 * units.Mi)
+    extents_disk=32 * units.Mi, small_base=4 * units.Mi,
+    cluster_sweep=('new-cluster-write',))
 
 
 @dataclasses.dataclass
@@ -95,7 +115,11 @@ class Sample:
 
 @dataclasses.dataclass
 class Case:
-    """One row of a workload's table: a variant, maybe at some size."""
+    """One row of a workload's table: a variant, maybe at some size.
+
+    ``samples[r]`` is repetition r's figure (None where it has none), so
+    that rows are paired repetition by repetition.
+    """
     variant: variants.Variant
     group: str = ''
     params: dict = dataclasses.field(default_factory=dict)
@@ -105,18 +129,36 @@ class Case:
     extra: dict = dataclasses.field(default_factory=dict)
     facts: dict = dataclasses.field(default_factory=dict)
 
-    def add(self, sample):
-        self.samples.append(sample.value)
+    def add(self, rep, sample):
+        self._pad(rep)
+        self.samples[rep] = sample.value
         for name, value in sample.extra.items():
-            self.extra.setdefault(name, []).append(value)
+            values = self.extra.setdefault(name, [])
+            values.extend([None] * (rep + 1 - len(values)))
+            values[rep] = value
+
+    def _pad(self, rep):
+        self.samples.extend([None] * (rep + 1 - len(self.samples)))
 
 
 def summary(samples):
-    """median, min and max of samples (None when there is none)."""
-    if not samples:
+    """median, min and max of samples, Nones left out (all None when
+    there is no sample).
+    """
+    values = [s for s in samples if s is not None]
+    if not values:
         return {'median': None, 'min': None, 'max': None, 'n': 0}
-    return {'median': statistics.median(samples), 'min': min(samples),
-            'max': max(samples), 'n': len(samples)}
+    return {'median': statistics.median(values), 'min': min(values),
+            'max': max(values), 'n': len(values)}
+
+
+def paired_ratios(samples, reference):
+    """[samples[r] / reference[r]] over the repetitions where both were
+    measured (and the reference is not zero): a ratio never mixes two
+    repetitions.
+    """
+    return [value / ref for value, ref in zip(samples, reference)
+            if value is not None and ref]
 
 
 def rotated(items, rep):
@@ -167,6 +209,7 @@ class Bench:
         self.workdir = None
         self.skipped = []
         self._bases = {}
+        self._default_clusters = {}
         self._cleanups = []
 
     # -- session ---------------------------------------------------------
@@ -228,10 +271,37 @@ class Bench:
         """
         return max(64 * units.Mi, self.free() // 20)
 
-    def cannot_reserve(self, variant, size, images_type='qcow2'):
-        """None when the disk fits, else a sentence saying why not."""
+    def needed_bytes(self, variant, size, images_type='qcow2'):
+        """Bytes the disk takes once made: policy.make_plan's answer for
+        the plugin's disks (the very plan the backend carries out), the
+        reference's own call for the others.
+        """
+        if variant.family == variants.PLUGIN:
+            return variants.plan(variant, size, self.fs_facts(),
+                                 images_type).needed_bytes
+        return variants.reference_bytes(variant, size)
+
+    def fs_facts(self):
+        return variants.fs_facts(self.workdir)
+
+    def default_cluster(self, size):
+        """Cluster size policy.make_plan gives a plugin overlay of ``size``
+        bytes with the default options (None: nova's own choice); asked
+        once per size and run.
+        """
+        if size not in self._default_clusters:
+            self._default_clusters[size] = variants.plan(
+                variants.PLUGIN_METADATA, size, self.fs_facts()).cluster_size
+        return self._default_clusters[size]
+
+    def cannot_reserve(self, variant, size, images_type='qcow2',
+                       written=0):
+        """None when the disk (and ``written`` bytes written into it)
+        fits, else a sentence saying why not.
+        """
         try:
-            needed = variants.needed_bytes(variant, size, images_type)
+            needed = max(self.needed_bytes(variant, size, images_type),
+                         written)
         except exception.PreallocError as exc:
             return 'cannot size it: %s' % exc
         free = self.free()
@@ -252,6 +322,8 @@ class Bench:
             'python': platform.python_version(),
             'qemu_img': tools.version(tools.QEMU_IMG),
             'qemu_io': tools.version(tools.QEMU_IO),
+            'aio': variants.AIO,
+            'cache': variants.CACHE,
             'directory': self.directory,
             'filesystem': self.fs_type,
             'nova': _version('nova'),
@@ -276,10 +348,16 @@ class Bench:
                     label, rep + 1, self.config.reps,
                     time.monotonic() - started))
                 for case in rotated(active, rep):
-                    if case.error:
+                    if case.error or case.skip:
                         continue
                     try:
-                        case.add(workload.measure(self, case, rep))
+                        case.add(rep, workload.measure(self, case, rep))
+                    except tools.TooShort as exc:
+                        # Not a failure of the code measured: a figure
+                        # this run cannot time. Not shown, with the reason.
+                        case.skip = 'not shown: %s' % exc.reason
+                        case.samples = []
+                        case.extra = {}
                     except CASE_ERRORS as exc:
                         LOG.debug('%(case)s failed', {'case': case},
                                   exc_info=True)
@@ -292,6 +370,9 @@ class Bench:
                                    seconds=time.monotonic() - started)
         finally:
             workload.teardown(self)
+        for case in cases:
+            # Every row as long as the run: repetition r is samples[r].
+            case._pad(self.config.reps - 1)
         seconds = time.monotonic() - started
         self.progress('%s: done in %.0f s' % (label, seconds))
         return workload.result(self, cases, seconds=seconds)

@@ -10,52 +10,59 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""What a run found: ratios, the project's targets, the tables, JSON.
+"""What a run found: paired ratios, the targets, the tables, JSON.
 
 Pure functions of the result dict built by engine.Bench.run(), so the
-formatting and the arithmetic are testable without running anything.
+arithmetic and the formatting are testable without running anything.
 
-Ratios divide a row's median by the median of a reference row of the same
-workload and group: the raw reference, nova in-tree with
-preallocate_images=none and with space. For throughputs a ratio above 1 is
-faster than the reference; for times and extent counts, above 1 is more.
+Ratios are paired: in each repetition every variant of a workload was
+measured (interleaved), so a row's figure of repetition r is divided by its
+reference's figure of the same repetition, and the table shows the median
+and [min-max] of those ratios. References are rows of the same workload and
+group (raw fallocated, raw zero-written, nova none, ...). For throughputs a
+ratio above 1 is faster than the reference; for times and extent counts,
+above 1 is more.
+
+Targets (issue 14) are judged on the median of the paired ratios, or on the
+median figure for an absolute bound; one that cannot be measured here is
+``met: null`` with the reason.
 """
 
 import json
 
 from prealloc_backend.bench import engine
 
-# Reference rows the ratios are taken against: (variant key, header).
-REFERENCES = (('raw', 'x raw'), ('raw-sparse', 'x raw'),
-              ('nova-none', 'x nova none'), ('nova-space', 'x nova space'))
+DEFAULT_GROUP = engine.DEFAULT_GROUP
 
-# The performance targets of issue 4, judged on one run's medians.
-TARGETS = (
-    {'id': 'seq-write-vs-raw', 'workload': 'seq-write',
-     'variant': 'plugin-space', 'reference': 'raw', 'min': 0.95,
-     'text': 'qcow2 overlay, sequential first writes: plugin space / raw'},
-    {'id': 'seq-write-vs-nova', 'workload': 'seq-write',
-     'variant': 'plugin-space', 'reference': 'nova-space', 'min': 2.4,
-     'text': 'qcow2 overlay, sequential first writes: plugin space / '
-             'nova in-tree space'},
-    {'id': 'new-cluster-vs-raw', 'workload': 'new-cluster-write',
-     'variant': 'plugin-space', 'reference': 'raw', 'min': 0.8,
-     'text': '4 KiB writes into new clusters: plugin space / raw'},
-    {'id': 'new-cluster-vs-nova', 'workload': 'new-cluster-write',
-     'variant': 'plugin-space', 'reference': 'nova-space', 'min': 4.0,
-     'text': '4 KiB writes into new clusters: plugin space / nova in-tree '
-             'space'},
-    {'id': 'random-read-layout', 'workload': 'random-read',
-     'variant': 'plugin-none', 'reference': 'nova-none', 'min': 20.0,
-     'text': '1 TiB random reads: plugin layout (thin, mode none) / nova '
-             'default layout'},
-    {'id': 'create-scaling-metadata', 'workload': 'create',
-     'variant': 'plugin-metadata', 'sizes': ('1 TiB', '10 GiB'),
-     'max': 5.0,
-     'text': 'creation time 1 TiB / 10 GiB, plugin metadata'},
-    {'id': 'create-scaling-space', 'workload': 'create',
-     'variant': 'plugin-space', 'sizes': ('1 TiB', '10 GiB'), 'max': 5.0,
-     'text': 'creation time 1 TiB / 10 GiB, plugin space'},
+# Headers of the reference columns.
+REFERENCE_HEADERS = {
+    'raw-fallocated': 'x raw fallocated',
+    'raw-zero-written': 'x raw zero-written',
+    'raw-sparse': 'x raw',
+    'nova-none': 'x nova none',
+    'nova-space': 'x nova space',
+}
+
+# Bounds of issue 14.
+NEW_CLUSTER_MIN = 0.9
+SEQ_WRITE_MIN = 0.95
+FULL_MIN = 0.95
+NONE_MIN = 0.95
+READ_MIN = 0.9
+CREATE_1TIB_MAX = 2.0
+
+# The seeds' rows (shared/seeds 003 and 004) and the variants that play
+# them: (variant, seed 003 row, seed 004 row).
+SEED_ROWS = (
+    ('raw-sparse', 'sparse raw', ''),
+    ('raw-fallocated', 'preallocated raw', ''),
+    ('raw-zero-written', '', ''),
+    ('nova-none', 'sparse qcow2', 'off'),
+    ('nova-space', '', ''),
+    ('plugin-none', '', 'off'),
+    ('plugin-metadata', 'metadata qcow2', 'metadata'),
+    ('plugin-space', '', 'falloc'),
+    ('plugin-full', '', 'full'),
 )
 
 
@@ -66,7 +73,7 @@ def ratio(value, reference):
     return value / reference
 
 
-def _find(workload, variant, group=None):
+def find(workload, variant, group=None):
     for case in workload['cases']:
         if case['variant'] == variant and (group is None or
                                            case['group'] == group):
@@ -75,14 +82,21 @@ def _find(workload, variant, group=None):
 
 
 def add_ratios(workload):
-    """Set case['ratios'] = {reference key: ratio} within each group."""
+    """Set case['ratios'] = {reference key: summary of the paired ratios
+    (median, min, max, n, samples)} against each reference row of the same
+    group that has samples.
+    """
     for case in workload['cases']:
         case['ratios'] = {}
-        for key, _header in REFERENCES:
-            ref = _find(workload, key, case['group'])
-            if ref is not None and ref.get('median') is not None:
-                case['ratios'][key] = ratio(case.get('median'),
-                                            ref['median'])
+        for key in workload.get('references', ()):
+            ref = find(workload, key, case['group'])
+            if ref is None or ref is case:
+                continue
+            ratios = engine.paired_ratios(case.get('samples', []),
+                                          ref.get('samples', []))
+            if ratios:
+                case['ratios'][key] = dict(engine.summary(ratios),
+                                           samples=ratios)
 
 
 def _why_missing(case, name):
@@ -95,43 +109,120 @@ def _why_missing(case, name):
     return '%s has no sample' % name
 
 
-def evaluate(target, workloads):
-    """Judge one target; return a dict with value, met (True, False, or
-    None when it could not be measured) and why.
-    """
-    out = dict(target, value=None, met=None, why=None)
-    workload = workloads.get(target['workload'])
-    if workload is None:
-        out['why'] = 'workload %s not run' % target['workload']
-        return out
-    if 'sizes' in target:
-        pairs = [(_find(workload, target['variant'], size),
-                  '%s at %s' % (target['variant'], size))
-                 for size in target['sizes']]
-    else:
-        pairs = [(_find(workload, key), key)
-                 for key in (target['variant'], target['reference'])]
-    for case, name in pairs:
-        if case is None or case.get('median') is None:
-            out['why'] = _why_missing(case, name)
-            return out
-    out['value'] = ratio(pairs[0][0]['median'], pairs[1][0]['median'])
-    if out['value'] is None:
-        out['why'] = 'reference median is zero'
-    elif 'min' in target:
-        out['met'] = out['value'] >= target['min']
-    else:
-        out['met'] = out['value'] <= target['max']
+def _target(name, op, bound, value=None, why=None, spread=None):
+    out = {'name': name, 'value': value, 'target': bound, 'op': op,
+           'met': None, 'why': why}
+    if spread:
+        out.update(min=spread.get('min'), max=spread.get('max'),
+                   n=spread.get('n'))
+    if value is not None:
+        out['met'] = value >= bound if op == '>=' else value <= bound
     return out
 
 
+def ratio_target(workloads, workload_name, group, variant, reference, bound,
+                 name):
+    """Median of the paired ratios variant / reference >= bound."""
+    workload = workloads.get(workload_name)
+    if workload is None:
+        return _target(name, '>=', bound,
+                       why='workload %s not run' % workload_name)
+    case = find(workload, variant, group)
+    ref = find(workload, reference, group)
+    for row, key in ((case, variant), (ref, reference)):
+        if row is None or row.get('median') is None:
+            return _target(name, '>=', bound, why=_why_missing(row, key))
+    paired = case.get('ratios', {}).get(reference)
+    if not paired:
+        return _target(name, '>=', bound,
+                       why='no repetition measured both %s and %s'
+                       % (variant, reference))
+    return _target(name, '>=', bound, value=paired['median'], spread=paired)
+
+
+def _sweep_key(variant, group):
+    """The variant key of ``variant`` in a workload group: in an opt-in
+    group ('256K asked') the plugin's rows carry the size asked.
+    """
+    if group == DEFAULT_GROUP or not group.endswith(' asked'):
+        return variant
+    return '%s@%s' % (variant, group.split()[0])
+
+
+def targets(workloads):
+    """Every target of issue 14 judged on this run: a list of
+    {name, value, target, op, met, why, min, max, n}.
+    """
+    out = []
+    new_cluster = workloads.get('new-cluster-write')
+    groups = (new_cluster or {}).get('default_groups') or [DEFAULT_GROUP]
+    for group in groups:
+        for mode in ('metadata', 'space'):
+            variant = _sweep_key('plugin-' + mode, group)
+            out.append(ratio_target(
+                workloads, 'new-cluster-write', group, variant,
+                'raw-fallocated', NEW_CLUSTER_MIN,
+                '4K new-cluster writes (%s): plugin %s / raw fallocated'
+                % (group, mode)))
+    for mode in ('metadata', 'space'):
+        out.append(ratio_target(
+            workloads, 'seq-write', DEFAULT_GROUP, 'plugin-' + mode,
+            'raw-fallocated', SEQ_WRITE_MIN,
+            '64K sequential first writes: plugin %s / raw fallocated'
+            % mode))
+    writes = [w for w in workloads.values() if w.get('kind') == 'write']
+    for w in writes:
+        out.append(ratio_target(
+            workloads, w['name'], DEFAULT_GROUP, 'plugin-full',
+            'raw-zero-written', FULL_MIN,
+            '%s: plugin full / raw zero-written' % w['name']))
+    for w in writes:
+        out.append(ratio_target(
+            workloads, w['name'], DEFAULT_GROUP, 'plugin-none', 'nova-none',
+            NONE_MIN, '%s: plugin none / stock nova (none)' % w['name']))
+    reads = workloads.get('random-read')
+    group = None
+    if reads:
+        group = next((c['group'] for c in reads['cases']), None)
+    for mode in ('metadata', 'space'):
+        name = ('random 4K reads over written data, 1 TiB: plugin %s / raw'
+                % mode)
+        if reads is None:
+            out.append(_target(name, '>=', READ_MIN,
+                               why='workload random-read not run'))
+        elif group != '1 TiB':
+            out.append(_target(name, '>=', READ_MIN,
+                               why='the read disks are %s, not 1 TiB'
+                               % group))
+        else:
+            out.append(ratio_target(workloads, 'random-read', group,
+                                    'plugin-' + mode, 'raw-sparse',
+                                    READ_MIN, name))
+    out.append(creation_target(workloads))
+    return out
+
+
+def creation_target(workloads):
+    name = 'creating a 1 TiB metadata disk: seconds (median)'
+    workload = workloads.get('create')
+    if workload is None:
+        return _target(name, '<=', CREATE_1TIB_MAX,
+                       why='workload create not run')
+    case = find(workload, 'plugin-metadata', '1 TiB')
+    if case is None or case.get('median') is None:
+        return _target(name, '<=', CREATE_1TIB_MAX,
+                       why=_why_missing(case, 'plugin-metadata at 1 TiB'))
+    return _target(name, '<=', CREATE_1TIB_MAX, value=case['median'],
+                   spread=case)
+
+
 def finalize(result):
-    """Add ratios and judged targets to a run's result; return it."""
+    """Add paired ratios and judged targets to a run's result."""
     by_name = {}
     for workload in result['workloads']:
         add_ratios(workload)
         by_name[workload['name']] = workload
-    result['targets'] = [evaluate(t, by_name) for t in TARGETS]
+    result['targets'] = targets(by_name)
     return result
 
 
@@ -165,14 +256,13 @@ def fmt_kind(value, kind):
     return fmt_number(value)
 
 
-def fmt_spread(case):
-    """'745 (712-760)': median, then min-max when there are several."""
-    if case.get('median') is None:
+def fmt_spread(stats, fmt=fmt_number):
+    """'745 [712-760]': median, then [min-max] when there are several."""
+    if not stats or stats.get('median') is None:
         return '-'
-    text = fmt_number(case['median'])
-    if case.get('n', 0) > 1:
-        text += ' (%s-%s)' % (fmt_number(case['min']),
-                              fmt_number(case['max']))
+    text = fmt(stats['median'])
+    if stats.get('n', 0) > 1:
+        text += ' [%s-%s]' % (fmt(stats['min']), fmt(stats['max']))
     return text
 
 
@@ -201,44 +291,39 @@ def table(headers, rows, indent='  '):
     return out
 
 
-def _references_present(workload):
-    keys = {case['variant'] for case in workload['cases']
+def _groups(workload):
+    groups = []
+    for case in workload['cases']:
+        if case['group'] not in groups:
+            groups.append(case['group'])
+    return groups
+
+
+def _references_present(workload, cases):
+    keys = {case['variant'] for case in cases
             if case.get('median') is not None}
-    seen, refs = set(), []
-    for key, header in REFERENCES:
-        if key in keys and header not in seen:
-            refs.append((key, header))
-            seen.add(header)
-    return refs
+    return [key for key in workload.get('references', ()) if key in keys]
 
 
-def workload_lines(workload, number):
+def group_lines(workload, group, cases):
     unit = {'s': 'seconds'}.get(workload['unit'], workload['unit'])
-    lines = ['%d. %s [%s]' % (number, workload['title'], workload['name']),
-             '   %s' % workload['setup'],
-             '   engine: %s' % workload['engine']]
-    if workload.get('error'):
-        lines.append('   FAILED: %s' % workload['error'])
-    groups = sorted({c['group'] for c in workload['cases']} - {''})
-    show_group = len(groups) > 1
-    refs = _references_present(workload)
-    headers = ['variant'] + (['size'] if show_group else [])
+    refs = _references_present(workload, cases)
+    headers = ['variant']
     headers += [h for _k, h in workload['fact_columns']]
     headers += [h for _k, h, _kind in workload['extra_columns']]
-    headers.append('%s median (min-max)' % unit)
-    headers += [h for _k, h in refs]
+    headers.append('%s median [min-max]' % unit)
+    headers += [REFERENCE_HEADERS.get(k, 'x ' + k) for k in refs]
     rows, notes = [], []
-    for case in workload['cases']:
-        name = case['label'] + (' at %s' % case['group'] if show_group else
-                                '')
+    for case in cases:
+        name = case['label']
         if case.get('skip'):
-            notes.append('   skipped: %s: %s' % (name, case['skip']))
+            notes.append('   not shown: %s: %s' % (name, case['skip']))
             continue
         if case.get('error'):
             notes.append('   failed: %s: %s' % (name, case['error']))
             if case.get('median') is None:
                 continue
-        row = [case['label']] + ([case['group']] if show_group else [])
+        row = [case['label']]
         row += [str(case['facts'].get(k, '-'))
                 for k, _h in workload['fact_columns']]
         for key, _header, extra_kind in workload['extra_columns']:
@@ -246,50 +331,82 @@ def workload_lines(workload, number):
             row.append(fmt_kind(extra['median'], extra_kind) if extra else
                        '-')
         row.append(fmt_spread(case))
-        row += [fmt_ratio(case['ratios'].get(k)) for k, _h in refs]
+        row += [fmt_spread(case.get('ratios', {}).get(k), fmt_ratio)
+                for k in refs]
         rows.append(row)
+    lines = []
+    if group:
+        lines.append('   %s:' % group)
     if rows:
         lines.extend(table(headers, rows, indent='   '))
     lines.extend(notes)
     return lines
 
 
-def scaling_lines(workload):
-    """Creation: time at the largest size over time at the smallest."""
-    groups = []
-    for case in workload['cases']:
-        if case['group'] not in groups:
-            groups.append(case['group'])
-    if len(groups) < 2:
+def workload_lines(workload, number):
+    lines = ['%d. %s [%s]' % (number, workload['title'], workload['name']),
+             '   %s' % workload['setup'],
+             '   engine: %s' % workload['engine']]
+    if workload.get('error'):
+        lines.append('   FAILED: %s' % workload['error'])
+    groups = _groups(workload)
+    for group in groups:
+        cases = [c for c in workload['cases'] if c['group'] == group]
+        lines.extend(group_lines(workload, group, cases))
+    return lines
+
+
+def seed_lines(result):
+    """The seeds' tables (shared/seeds 003 and 004) from this run: per
+    variant, the time to create a disk, its physical size, and the time and
+    speed of the sequential first writes, default layout.
+    """
+    workload = next((w for w in result['workloads']
+                     if w['name'] == 'seq-write'), None)
+    if workload is None:
         return []
-    small, large = groups[0], groups[-1]
-    parts = []
-    for case in workload['cases']:
-        if case['group'] != small or case.get('median') is None:
+    written = result['config'].get('seq_bytes')
+    rows = []
+    for key, seed3, seed4 in SEED_ROWS:
+        case = find(workload, key, DEFAULT_GROUP)
+        if case is None or case.get('median') is None:
             continue
-        other = _find(workload, case['variant'], large)
-        if other is None or other.get('median') is None:
-            parts.append('%s -' % case['label'])
-        else:
-            parts.append('%s %s' % (case['label'], fmt_ratio(
-                ratio(other['median'], case['median']))))
-    return ['   time %s / %s: %s' % (large, small, ', '.join(parts))]
+        created = case['extra'].get('create_seconds', {})
+        allocated = case['extra'].get('allocated', {})
+        rows.append([case['label'], seed3 or '-', seed4 or '-',
+                     fmt_kind(created.get('median'), 'seconds'),
+                     engine.fmt_bytes(allocated.get('median')),
+                     fmt_kind(written / case['median'] / 2 ** 20
+                              if written else None, 'seconds'),
+                     fmt_spread(case)])
+    if not rows:
+        return []
+    lines = ['The seeds\' tables (seed 003: time to write; seed 004: time '
+             'to create, physical size, write speed per mode), from the '
+             'sequential first writes of %s into %s disks:' % (
+                 engine.fmt_bytes(written),
+                 engine.fmt_bytes(result['config'].get('write_disk')))]
+    lines.extend(table(['variant', 'seed 003 row', 'seed 004 row',
+                        'time to create', 'physical size', 'time to write',
+                        'MiB/s median [min-max]'], rows))
+    return lines
 
 
 def target_lines(targets, quick=False):
-    lines = ['Targets (issue 4; one run\'s medians%s)' % (
-        '; a --quick run is indicative only: small disks, one repetition'
-        if quick else '')]
+    lines = ['Targets (issue 14; median of the paired ratios [min-max]%s)'
+             % ('; a --quick run is indicative only: small disks'
+                if quick else '')]
     for target in targets:
         if target['met'] is None:
             status, figure = 'n/a', target['why']
         else:
             status = 'met' if target['met'] else 'MISSED'
-            bound = ('>= %s' % target['min'] if 'min' in target else
-                     '<= %s' % target['max'])
             # Three decimals: 0.949 must not read as a missed 0.95.
-            figure = '%.3f (%s)' % (target['value'], bound)
-        lines.append('  [%s] %s: %s' % (status.ljust(6), target['text'],
+            figure = '%.3f' % target['value']
+            if target.get('n', 0) > 1:
+                figure += ' [%.3f-%.3f]' % (target['min'], target['max'])
+            figure += ' (%s %s)' % (target['op'], target['target'])
+        lines.append('  [%s] %s: %s' % (status.ljust(6), target['name'],
                                         figure))
     return lines
 
@@ -297,7 +414,7 @@ def target_lines(targets, quick=False):
 def _reps_text(reps):
     if reps == 1:
         return '1 repetition'
-    return '%d repetitions, interleaved' % reps
+    return '%d repetitions, variants interleaved' % reps
 
 
 def render(result):
@@ -307,6 +424,8 @@ def render(result):
         'prealloc-backend bench (%s run, %s), %s' % (
             result['run'], _reps_text(result['config']['reps']),
             result['date']),
+        'command: %s' % ' '.join(['prealloc-backend bench'] +
+                                 list(result.get('argv', [])[1:])),
         'host %s: Linux %s, %s CPUs; nova %s, prealloc-backend %s, '
         'qemu-img %s' % (host['hostname'], host['kernel'], host['cpus'],
                          host['nova'], host['prealloc_backend'],
@@ -314,23 +433,29 @@ def render(result):
         'directory %s on %s, %s free' % (
             host['directory'], host['filesystem'],
             engine.fmt_bytes(host['free_bytes'])),
-        'disks made by: the plugin\'s Backend(...).by_name().cache() '
-        '(plugin <mode>), nova\'s in-tree imagebackend.Backend with '
-        'preallocate_images none/space (nova in-tree <mode>), fallocate(2) '
-        '(raw fallocated); all in this directory',
+        'every disk opened with cache=%s (cache.direct=on) and aio=%s, '
+        'whatever its variant' % (host.get('cache', '-'),
+                                  host.get('aio', '-')),
+        'disks made by: the plugin\'s Backend(...).by_name().cache(), '
+        'layout from policy.make_plan (plugin <mode>); nova\'s in-tree '
+        'imagebackend.Backend with preallocate_images none/space (nova '
+        '<mode>); fallocate(2), zero write(2)s or truncate (raw)',
         'privsep: %s' % result['privsep'],
         '',
     ]
     for number, workload in enumerate(result['workloads'], 1):
         lines.extend(workload_lines(workload, number))
-        if workload['name'] == 'create':
-            lines.extend(scaling_lines(workload))
+        lines.append('')
+    seeds = seed_lines(result)
+    if seeds:
+        lines.extend(seeds)
         lines.append('')
     if result.get('targets'):
         lines.extend(target_lines(result['targets'],
                                   quick=result['run'] == 'quick'))
         lines.append('')
-    lines.append('ratios: median / median of the reference row (same size); '
+    lines.append('ratios: paired by repetition (a row\'s figure over its '
+                 'reference\'s of the same repetition), median [min-max]; '
                  'run took %.0f s' % result.get('seconds', 0))
     return '\n'.join(lines) + '\n'
 

@@ -18,17 +18,25 @@ drivers), opened the way libvirt opens a disk with ``cache='none'``:
 ``<metadata_cache><max_size>``, the qcow2 node's ``cache-size`` option,
 which is what libvirt passes to QEMU for that element.
 
-* ``qemu-img bench``: sequential requests with a step, any queue depth;
-  timed here by wall clock, image open and final flush included.
+* ``qemu-img bench``: sequential requests with a step, any queue depth,
+  a flush every N requests; timed by qemu-img's own timer ("Run completed
+  in N seconds": from the first request to the last completion), so the
+  process start and the image open are not in the figure.
 * ``qemu-io`` reading a generated command script on stdin: any offsets, in
-  any order (``qemu-img bench`` has no random mode), one request at a time.
+  any order (``qemu-img bench`` has no random mode), one request at a time;
+  timed by the sum of the times qemu-io reports for each request (``-C``),
+  so neither the process start nor the command parsing is in the figure.
+
+A timed run shorter than MIN_SECONDS is refused (TooShort): qemu-img
+reports milliseconds, and a run that short says more about the host's
+scheduler than about the disk.
 """
 
 import json
+import mmap
 import os
 import re
 import subprocess
-import time
 
 from oslo_log import log as logging
 
@@ -39,6 +47,8 @@ QEMU_IO = 'qemu-io'
 FILEFRAG = 'filefrag'
 # Generous: the largest default workload takes a few seconds.
 TIMEOUT = 900
+# Shortest timed run accepted: 50 times qemu-img's 1 ms resolution.
+MIN_SECONDS = 0.05
 
 
 class ToolError(Exception):
@@ -70,11 +80,16 @@ def run(cmd, stdin=None):
     return proc.stdout
 
 
-def timed(cmd, stdin=None):
-    """Run cmd; return its wall-clock seconds."""
-    started = time.monotonic()
-    run(cmd, stdin)
-    return time.monotonic() - started
+class TooShort(ToolError):
+    """A run too short for its timer to say anything."""
+
+
+def _long_enough(cmd, seconds):
+    if seconds < MIN_SECONDS:
+        raise TooShort(cmd, 'the timed run took %.4f s, under %.2f s: too '
+                            'short to time honestly (use larger sizes)'
+                       % (seconds, MIN_SECONDS))
+    return seconds
 
 
 def version(tool=QEMU_IMG):
@@ -98,6 +113,9 @@ def image_opts(path, fmt, aio='threads', cache_size=None, direct=True,
     (cache=none); ``direct=False, flush=False`` is cache=unsafe, for
     preparing a disk, never for measuring one.
     """
+    if not direct:
+        # QEMU refuses aio=native without O_DIRECT.
+        aio = 'threads'
     opts = ['driver=%s' % fmt, 'file.driver=file',
             'file.filename=%s' % _escape(path), 'file.aio=%s' % aio,
             'cache.direct=%s' % ('on' if direct else 'off'),
@@ -107,45 +125,89 @@ def image_opts(path, fmt, aio='threads', cache_size=None, direct=True,
     return ','.join(opts)
 
 
-def bench_cmd(opts, count, size, depth=16, offset=0, step=None, write=True):
+def bench_cmd(opts, count, size, depth=16, offset=0, step=None, write=True,
+              flush_interval=None):
     """A ``qemu-img bench`` command line over the disk of ``opts``."""
     cmd = [QEMU_IMG, 'bench', '--image-opts', '-c', str(count), '-d',
            str(depth), '-s', str(size), '-o', str(offset)]
     if step:
         cmd += ['-S', str(step)]
+    if flush_interval:
+        cmd += ['--flush-interval=%d' % flush_interval]
     if write:
         # A fixed non-zero pattern: zero writes could be optimised away.
         cmd += ['-w', '--pattern=90']
     return cmd + [opts]
 
 
-def bench(opts, count, size, depth=16, offset=0, step=None, write=True):
-    """Seconds ``qemu-img bench`` takes, from start to exit."""
-    return timed(bench_cmd(opts, count, size, depth, offset, step, write))
+def parse_bench(cmd, out):
+    """Seconds of "Run completed in N seconds." in qemu-img bench output."""
+    match = re.search(r'Run completed in ([0-9.]+) seconds', out)
+    if not match:
+        raise ToolError(cmd, 'no "Run completed" line in %r' % out[-300:])
+    return float(match.group(1))
 
 
-def io_script(requests, op='read', pattern=0x5a):
-    """A qemu-io command script: one ``op`` per (offset, length), quiet."""
+def bench(opts, count, size, depth=16, offset=0, step=None, write=True,
+          flush_interval=None, timed=True):
+    """Seconds of the requests, by qemu-img bench's own timer."""
+    cmd = bench_cmd(opts, count, size, depth, offset, step, write,
+                    flush_interval)
+    seconds = parse_bench(cmd, run(cmd))
+    return _long_enough(cmd, seconds) if timed else seconds
+
+
+def io_script(requests, op='read', pattern=0x5a, report=False):
+    """A qemu-io command script: one ``op`` per (offset, length); quiet, or
+    with ``report`` each request's machine-readable line (``-C``).
+    """
+    flag = '-C' if report else '-q'
     lines = []
     for offset, length in requests:
         if op == 'write':
-            lines.append('write -q -P %d %d %d' % (pattern, offset, length))
+            lines.append('write %s -P %d %d %d' % (flag, pattern, offset,
+                                                   length))
         else:
-            lines.append('read -q %d %d' % (offset, length))
+            lines.append('read %s %d %d' % (flag, offset, length))
     lines.append('quit')
     return '\n'.join(lines) + '\n'
 
 
-def qemu_io(opts, script):
-    """Seconds the requests of ``script`` take in qemu-io.
+# qemu-io -C: "bytes,ops,h:mm:ss.ss,bytes/s,ops/s".
+_REPORT = re.compile(r'^(?:qemu-io> )*(\d+),(\d+),[0-9:.]+,([0-9.]+),'
+                     r'([0-9.]+)$')
 
-    qemu-io starts, opens the disk and quits in a second run with an empty
-    script; that time is subtracted, so only the requests are counted.
+
+def parse_io(cmd, out, expected):
+    """Sum of the seconds of each request qemu-io reported (``-C``)."""
+    seconds, seen = 0.0, 0
+    for line in out.splitlines():
+        match = _REPORT.match(line.strip())
+        if match:
+            ops, ops_per_s = int(match.group(2)), float(match.group(4))
+            if ops_per_s <= 0:
+                raise ToolError(cmd, 'unreadable timing %r' % line)
+            seconds += ops / ops_per_s
+            seen += 1
+    if seen != expected:
+        raise ToolError(cmd, '%d request reports, %d expected' % (
+            seen, expected))
+    return seconds
+
+
+def qemu_io(opts, requests, op='read'):
+    """Seconds the ``requests`` [(offset, length)] take in qemu-io, by
+    qemu-io's own per-request timer.
     """
+    requests = list(requests)
     cmd = [QEMU_IO, '--image-opts', opts]
-    total = timed(cmd, script)
-    empty = timed(cmd, 'quit\n')
-    return max(total - empty, 1e-6)
+    out = run(cmd, io_script(requests, op=op, report=True))
+    return _long_enough(cmd, parse_io(cmd, out, len(requests)))
+
+
+def qemu_io_prepare(opts, requests, op='write'):
+    """Run ``requests`` untimed (preparing a disk)."""
+    run([QEMU_IO, '--image-opts', opts], io_script(requests, op=op))
 
 
 def info(path):
@@ -169,15 +231,28 @@ def filefrag(path):
     return int(match.group(1))
 
 
-def check_direct_io(directory):
-    """None when O_DIRECT (cache=none) works in directory, else why not."""
+def check_direct_io(directory, size=None):
+    """None when O_DIRECT (cache=none) works in directory, else why not.
+
+    With ``size``, also write ``size`` bytes at offset ``size`` through
+    O_DIRECT: a filesystem on a 4K-sector device refuses 512-byte direct
+    writes (EINVAL).
+    """
     path = os.path.join(directory, '.bench-direct-probe')
     try:
         fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600)
     except OSError as exc:
         return 'O_DIRECT open failed: %s' % exc
     try:
-        os.close(fd)
+        if size:
+            # mmap memory is page-aligned, as O_DIRECT wants.
+            with mmap.mmap(-1, max(size, mmap.PAGESIZE)) as buf:
+                try:
+                    os.pwrite(fd, memoryview(buf)[:size], size)
+                except OSError as exc:
+                    return ('%d-byte O_DIRECT writes are refused here: %s'
+                            % (size, exc))
     finally:
+        os.close(fd)
         os.unlink(path)
     return None

@@ -14,10 +14,21 @@
 
 * ``plugin-<mode>``: prealloc_backend.backend.Backend(...).by_name(...)
   .cache(...), the very call nova-compute's libvirt driver makes, with
-  ``[prealloc_backend] mode`` set to the mode;
+  ``[prealloc_backend] mode`` set to the mode; ``plugin-<mode>@<size>`` the
+  same with an opt-in cluster size asked for (``qcow2_cluster_size``). The
+  layout and the bytes a disk needs come from policy.make_plan, as the
+  backend's own do: nothing here computes them;
 * ``nova-<none|space>``: nova's in-tree nova.virt.libvirt.imagebackend
-  .Backend with ``[DEFAULT] preallocate_images`` none or space;
-* ``raw``: a raw file allocated with fallocate(2), the physical reference.
+  .Backend with ``[DEFAULT] preallocate_images`` none or space (stock nova
+  34: a plain 64 KiB-cluster overlay, plus ``fallocate -n`` for space);
+* ``raw-fallocated``: a raw file allocated with fallocate(2);
+  ``raw-zero-written``: a raw file whose every block was written (zeros,
+  write(2) then fsync), the physical limit on this filesystem: no extent
+  is left unwritten; ``raw-sparse``: a bare truncate.
+
+Every variant is measured with the same QEMU settings (AIO, CACHE below);
+the plugin's ``<metadata_cache>`` (cache-size) is part of its layout and is
+given to QEMU as libvirt would.
 
 The configuration nova's and the plugin's code read is nova's CONF, set
 with overrides for the time of a call and cleared after it.
@@ -32,6 +43,7 @@ import time
 from nova import objects
 from nova.virt.libvirt import imagebackend
 from oslo_log import log as logging
+from oslo_utils import units
 from oslo_utils import uuidutils
 
 from prealloc_backend import backend
@@ -41,7 +53,6 @@ from prealloc_backend import fileops
 from prealloc_backend import fsprobe
 from prealloc_backend import modes
 from prealloc_backend import policy
-from prealloc_backend import qemu
 
 LOG = logging.getLogger(__name__)
 CONF = pb_conf.CONF
@@ -50,27 +61,43 @@ RAW = 'raw'
 NOVA = 'nova'
 PLUGIN = 'plugin'
 
+# The one way every disk is opened for measurement: cache=none (O_DIRECT,
+# flushes honoured) and Linux native AIO, what nova gives a preallocated
+# disk. The same for every variant, so that no ratio mixes AIO modes.
+AIO = 'native'
+CACHE = 'none'
+
 # What libvirt's disk XML would name the disk; libvirt_info() needs it.
 DISK_INFO_MAPPING = {'bus': 'virtio', 'dev': 'vda', 'type': 'disk'}
 # Data of base images is written in blocks of this size.
-BASE_BLOCK = 1024 * 1024
+BASE_BLOCK = units.Mi
 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    key: str                  # 'plugin-space'
+    key: str                  # 'plugin-space', 'plugin-space@256K'
     family: str               # RAW, NOVA or PLUGIN
-    mode: str | None = None   # 'none', 'metadata', 'space', 'full'
+    mode: str                 # raw: fallocated/zero-written/sparse
+    cluster: str | None = None  # plugin: an opt-in cluster size, or None
 
     @property
     def label(self):
         if self.family == RAW:
-            return 'raw %s' % (self.mode or 'fallocated')
-        return '%s %s' % ('nova in-tree' if self.family == NOVA else
-                          'plugin', self.mode)
+            return 'raw %s' % self.mode
+        text = '%s %s' % (self.family, self.mode)
+        if self.cluster:
+            text += ' (%s asked)' % self.cluster
+        return text
+
+    def with_cluster(self, cluster):
+        """This plugin variant with an opt-in cluster size asked for."""
+        assert self.family == PLUGIN
+        return Variant('%s@%s' % (self.key, cluster), self.family,
+                       self.mode, cluster)
 
 
-RAW_REF = Variant('raw', RAW)
+RAW_FALLOCATED = Variant('raw-fallocated', RAW, 'fallocated')
+RAW_ZERO = Variant('raw-zero-written', RAW, 'zero-written')
 RAW_SPARSE = Variant('raw-sparse', RAW, 'sparse')
 NOVA_NONE = Variant('nova-none', NOVA, 'none')
 NOVA_SPACE = Variant('nova-space', NOVA, 'space')
@@ -79,9 +106,16 @@ PLUGIN_METADATA = Variant('plugin-metadata', PLUGIN, 'metadata')
 PLUGIN_SPACE = Variant('plugin-space', PLUGIN, 'space')
 PLUGIN_FULL = Variant('plugin-full', PLUGIN, 'full')
 
-ALL = (RAW_REF, RAW_SPARSE, NOVA_NONE, NOVA_SPACE, PLUGIN_NONE,
-       PLUGIN_METADATA, PLUGIN_SPACE, PLUGIN_FULL)
+ALL = (RAW_FALLOCATED, RAW_ZERO, RAW_SPARSE, NOVA_NONE, NOVA_SPACE,
+       PLUGIN_NONE, PLUGIN_METADATA, PLUGIN_SPACE, PLUGIN_FULL)
 BY_KEY = {v.key: v for v in ALL}
+
+
+def by_key(key):
+    """The Variant of ``key``, opt-in cluster variants included."""
+    name, _sep, cluster = key.partition('@')
+    variant = BY_KEY[name]
+    return variant.with_cluster(cluster) if cluster else variant
 
 
 @dataclasses.dataclass
@@ -91,14 +125,20 @@ class Disk:
     path: str
     fmt: str
     create_seconds: float
-    aio: str                     # what libvirt would be told: driver io=
     cache_size: int | None       # <metadata_cache><max_size>, if any
     cluster_size: int | None
+    extended_l2: bool | None
+    libvirt_io: str | None       # what nova would tell libvirt (io=)
     workdir: str                 # removed with the disk
 
     @property
     def allocated(self):
         return os.stat(self.path).st_blocks * 512
+
+    def opts(self, direct=True, flush=True):
+        """``--image-opts`` of this disk, as every variant is measured."""
+        return tools.image_opts(self.path, self.fmt, AIO, self.cache_size,
+                                direct=direct, flush=flush)
 
     def remove(self):
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -139,19 +179,18 @@ def forget_nova_probe():
             delattr(cls, 'can_fallocate')
 
 
-def make_base(path, size, seed=1):
-    """A raw base image full of non-zero data, as Glance gives (nova keeps
-    images raw in its cache by default: force_raw_images).
+def make_base(path, size):
+    """A raw base image of random data, as Glance gives (nova keeps images
+    raw in its cache by default: force_raw_images). Every MiB is fresh
+    os.urandom() output, so nothing on the way can compress or deduplicate
+    it and no read of it can be answered from a zero page.
     """
     if os.path.exists(path) and os.path.getsize(path) == size:
         return path
-    block = bytearray(os.urandom(8)) * (BASE_BLOCK // 8)
     tmp = path + '.part'
     with open(tmp, 'wb') as f:
-        for index, offset in enumerate(range(0, size, BASE_BLOCK)):
-            # Blocks differ, so nothing along the way may deduplicate them.
-            block[:8] = (index + seed).to_bytes(8, 'little')
-            f.write(block[:min(BASE_BLOCK, size - offset)])
+        for offset in range(0, size, BASE_BLOCK):
+            f.write(os.urandom(min(BASE_BLOCK, size - offset)))
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, path)
@@ -167,25 +206,43 @@ def _settings(variant):
     if variant.family == NOVA:
         return [(None, 'preallocate_images', variant.mode)]
     if variant.family == PLUGIN:
-        return [('prealloc_backend', 'mode', variant.mode)]
+        settings = [('prealloc_backend', 'mode', variant.mode)]
+        if variant.cluster:
+            settings.append(('prealloc_backend', 'qcow2_cluster_size',
+                             variant.cluster))
+        return settings
     return []
 
 
-def needed_bytes(variant, size, images_type='qcow2'):
-    """Bytes the filesystem must be able to reserve for this disk."""
-    if variant.family == RAW:
-        return 0 if variant.mode == 'sparse' else size
+def fs_facts(directory):
+    """policy.FsFacts of the filesystem holding ``directory``."""
+    return policy.FsFacts(
+        fallocate_ok=fsprobe.supports_fallocate(directory),
+        fstype=fsprobe.fs_type(directory),
+        free_bytes=fsprobe.free_bytes(directory))
+
+
+def plan(variant, size, fs, images_type='qcow2'):
+    """policy.make_plan's DiskPlan for a plugin variant, made with the
+    options the variant's disk is made with. None for nova and raw.
+    """
+    if variant.family != PLUGIN:
+        return None
+    with overrides(_settings(variant)):
+        return policy.make_plan(
+            CONF.prealloc_backend, {}, modes.Mode(variant.mode),
+            policy.DiskFormat(images_type), size, fs)
+
+
+def reference_bytes(variant, size):
+    """Bytes a reference disk (nova's or raw) takes once made: what its
+    one call (fallocate(2), nova's ``fallocate -n``, the zero writes)
+    reserves. The plugin's disks take theirs from plan().
+    """
+    assert variant.family != PLUGIN
     if variant.family == NOVA:
-        # 'fallocate -n -l <size>' on the disk file, whatever its format.
         return size if variant.mode == 'space' else 0
-    if images_type == 'raw':
-        return size if variant.mode in ('space', 'full') else 0
-    opts = CONF.prealloc_backend
-    cluster = policy.cluster_size(opts.qcow2_cluster_size, size,
-                                  opts.qcow2_extended_l2)
-    preallocation = policy.QEMU_PREALLOCATION[modes.Mode(variant.mode)]
-    return qemu.measure(size, preallocation, cluster,
-                        opts.qcow2_extended_l2)
+    return 0 if variant.mode == 'sparse' else size
 
 
 def make_disk(variant, instances_path, base_path, size,
@@ -194,7 +251,7 @@ def make_disk(variant, instances_path, base_path, size,
 
     qcow2 disks are overlays of ``base_path`` (which must lie in the
     image cache directory of ``instances_path``); raw disks start as a copy
-    of it, as nova makes them. The raw reference ignores base and type.
+    of it, as nova makes them. The raw references ignore base and type.
     """
     if variant.family == RAW:
         return _make_raw_file(variant, instances_path, size)
@@ -224,19 +281,29 @@ def make_disk(variant, instances_path, base_path, size,
             shutil.rmtree(workdir, ignore_errors=True)
             raise
         seconds = time.monotonic() - started
-        info = image.libvirt_info('none', {})
+        info = image.libvirt_info(CACHE, {})
     cache_size = getattr(info, 'metadata_cache_max_size', None)
-    cluster = None
+    cluster = extended = None
     if image.driver_format == 'qcow2':
-        cluster = tools.info(image.path).get('cluster-size')
+        qinfo = tools.info(image.path)
+        cluster = qinfo.get('cluster-size')
+        extended = bool(qinfo.get('format-specific', {}).get(
+            'data', {}).get('extended-l2', False))
     return Disk(variant=variant, path=image.path, fmt=image.driver_format,
-                create_seconds=seconds, aio=info.driver_io or 'threads',
-                cache_size=cache_size, cluster_size=cluster,
-                workdir=workdir)
+                create_seconds=seconds, cache_size=cache_size,
+                cluster_size=cluster, extended_l2=extended,
+                libvirt_io=info.driver_io, workdir=workdir)
+
+
+def _write_zeros(fd, size):
+    zeros = bytes(BASE_BLOCK)
+    for offset in range(0, size, BASE_BLOCK):
+        os.write(fd, zeros[:min(BASE_BLOCK, size - offset)])
+    os.fsync(fd)
 
 
 def _make_raw_file(variant, instances_path, size):
-    """The raw reference: fallocated, or (raw-sparse) a bare truncate."""
+    """A raw reference: fallocated, zero-written, or a bare truncate."""
     workdir = os.path.join(instances_path, 'raw-' + uuidutils.generate_uuid())
     os.makedirs(workdir)
     path = os.path.join(workdir, 'disk')
@@ -246,6 +313,8 @@ def _make_raw_file(variant, instances_path, size):
         try:
             if variant.mode == 'sparse':
                 os.ftruncate(fd, size)
+            elif variant.mode == 'zero-written':
+                _write_zeros(fd, size)
             else:
                 fileops.fallocate(fd, 0, size, keep_size=False)
         finally:
@@ -254,11 +323,6 @@ def _make_raw_file(variant, instances_path, size):
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     seconds = time.monotonic() - started
-    # As nova does for a preallocated disk: io='native' (cache=none).
     return Disk(variant=variant, path=path, fmt='raw', create_seconds=seconds,
-                aio='threads' if variant.mode == 'sparse' else 'native',
-                cache_size=None, cluster_size=None, workdir=workdir)
-
-
-def free_bytes(directory):
-    return fsprobe.free_bytes(directory)
+                cache_size=None, cluster_size=None, extended_l2=None,
+                libvirt_io=None, workdir=workdir)

@@ -17,6 +17,13 @@ prealloc_backend.bench.variants, measures one repetition of one row in
 ``measure()`` and says which engine it used. The engine (engine.Bench)
 repeats and interleaves.
 
+Every first-write workload writes into fresh disks (a new disk per sample)
+whose backing file holds random data, opened by QEMU the same way for every
+variant (variants.AIO, variants.CACHE). Rows are grouped: the plugin's
+default layout beside nova and raw, then, for the workloads of
+Config.cluster_sweep, each opt-in cluster size beside raw fallocated,
+measured in the same repetitions.
+
 Adding a workload (an in-guest one, say): subclass Workload and decorate it
 with ``@register``, or expose the class under the entry point group
 ``prealloc_backend.bench_workloads``; load_extensions() registers those
@@ -40,10 +47,18 @@ CONF = vs.CONF
 ENTRY_POINT_GROUP = 'prealloc_backend.bench_workloads'
 REGISTRY = {}
 
-# Variants of the qcow2 write workloads (1, 2) and of the creation table.
-WRITE_VARIANTS = (vs.RAW_REF, vs.NOVA_NONE, vs.NOVA_SPACE, vs.PLUGIN_NONE,
-                  vs.PLUGIN_METADATA, vs.PLUGIN_SPACE, vs.PLUGIN_FULL)
+# Variants of every first-write workload, at the plugin's default layout.
+WRITE_VARIANTS = (vs.RAW_FALLOCATED, vs.RAW_ZERO, vs.NOVA_NONE,
+                  vs.NOVA_SPACE, vs.PLUGIN_NONE, vs.PLUGIN_METADATA,
+                  vs.PLUGIN_SPACE, vs.PLUGIN_FULL)
+# Plugin variants measured again at every opt-in cluster size, beside the
+# raw fallocated reference (workloads named in Config.cluster_sweep).
+SWEEP_VARIANTS = (vs.PLUGIN_METADATA, vs.PLUGIN_SPACE)
+DEFAULT_GROUP = engine.DEFAULT_GROUP
 KiB4 = 4 * units.Ki
+# Fewest 4 KiB new-cluster writes timed: a raw file takes them in tens of
+# milliseconds.
+MIN_NEW_CLUSTER_WRITES = 512
 
 
 def register(cls):
@@ -69,6 +84,26 @@ def instances():
     return [cls() for cls in REGISTRY.values()]
 
 
+def default_cluster(bench, size):
+    """Cluster size policy.make_plan gives a plugin overlay of ``size``
+    bytes with the default options (None: nova's own choice).
+    """
+    return bench.default_cluster(size)
+
+
+def opt_in_clusters(bench, size):
+    """Names of the cluster sizes an operator can ask for, other than the
+    one the plan gives by default: [('256K', 262144), ...].
+    """
+    default = default_cluster(bench, size) or policy.MIN_CLUSTER
+    return [(name, value) for name, value in policy.CLUSTER_SIZES.items()
+            if value != default]
+
+
+def sweep_group(name):
+    return '%s asked' % name
+
+
 def cache_text(disk):
     """What the qcow2 metadata cache of the disk is, as QEMU gets it."""
     if disk.fmt != 'qcow2':
@@ -78,10 +113,16 @@ def cache_text(disk):
     return 'QEMU default'
 
 
+def cluster_text(disk):
+    if not disk.cluster_size:
+        return '-'
+    return engine.fmt_bytes(disk.cluster_size) + (
+        ' ext-L2' if disk.extended_l2 else '')
+
+
 def disk_facts(disk):
-    return {'cluster': (engine.fmt_bytes(disk.cluster_size)
-                        if disk.cluster_size else '-'),
-            'aio': disk.aio, 'cache': cache_text(disk), 'format': disk.fmt}
+    return {'cluster': cluster_text(disk), 'cache': cache_text(disk),
+            'format': disk.fmt}
 
 
 class Workload:
@@ -115,10 +156,22 @@ class Workload:
     def teardown(self, bench):
         pass
 
+    # Reference rows ratios are taken against, in this order.
+    references = ()
+    # 'write': a first-write pattern (the none and full targets apply).
+    kind = None
+
+    def default_groups(self, bench):
+        """Groups whose plugin rows have a layout the plan gives by
+        default (the targets that hold "at every default cluster size").
+        """
+        return [DEFAULT_GROUP]
+
     def result(self, bench, cases, error=None, seconds=None):
         rows = []
         for case in cases:
             row = {'variant': case.variant.key, 'label': case.variant.label,
+                   'cluster_asked': case.variant.cluster,
                    'family': case.variant.family, 'mode': case.variant.mode,
                    'group': case.group, 'skip': case.skip,
                    'error': case.error, 'samples': case.samples,
@@ -130,6 +183,8 @@ class Workload:
             rows.append(row)
         return {'name': self.name, 'title': self.title, 'unit': self.unit,
                 'higher_is_better': self.higher_is_better,
+                'references': list(self.references), 'kind': self.kind,
+                'default_groups': self.default_groups(bench),
                 'engine': self.engine_text(bench),
                 'setup': self.describe(bench), 'error': error,
                 'seconds': seconds, 'extra_columns': list(self.extra_columns),
@@ -137,45 +192,127 @@ class Workload:
 
 
 class _FirstWrites(Workload):
-    """Shared by the two qcow2 write workloads: a fresh disk per sample."""
+    """qemu-img bench writes into a fresh disk per sample."""
 
-    extra_columns = (('allocated', 'allocated', 'bytes'),
+    kind = 'write'
+    unit = 'IOPS'
+    block = KiB4
+    depth = 16
+    flush = False
+    # Also the raw sparse file (the seeds' "sparse raw" row).
+    extra_variants = ()
+    references = ('raw-fallocated', 'raw-zero-written', 'nova-none',
+                  'nova-space')
+    extra_columns = (('allocated', 'allocated before', 'bytes'),
                      ('create_seconds', 'created in', 'seconds'))
-    fact_columns = (('cluster', 'cluster'), ('aio', 'io'))
+    fact_columns = (('cluster', 'cluster'), ('cache', 'metadata cache'))
 
-    def describe_disk(self, bench):
-        cfg = bench.config
-        return ('%s qcow2 overlays (the raw reference: a %s fallocated '
-                'file) of a raw backing file holding %s of data; a fresh '
-                'disk per repetition' % (
-                    engine.fmt_bytes(cfg.write_disk),
-                    engine.fmt_bytes(cfg.write_disk),
-                    engine.fmt_bytes(cfg.write_base)))
+    def count(self, bench, group):
+        raise NotImplementedError()
+
+    def disk_size(self, bench):
+        """Virtual size of the disks, and data in their backing file."""
+        return bench.config.write_disk
+
+    def step(self, bench, group):
+        return None
+
+    def written(self, bench, group):
+        """Bytes the writes touch (space they can take in a thin disk)."""
+        step = self.step(bench, group) or self.block
+        return self.count(bench, group) * max(step, KiB4)
+
+    def describe(self, bench):
+        return ('fresh %s disks per sample: qcow2 overlays of a raw backing '
+                'file of %s random data, raw files for the raw rows' % (
+                    engine.fmt_bytes(self.disk_size(bench)),
+                    engine.fmt_bytes(self.base_size(bench))))
+
+    def base_size(self, bench):
+        if self.disk_size(bench) == bench.config.write_disk:
+            return bench.config.write_base
+        return self.disk_size(bench)
+
+    def pattern_text(self, bench, group):
+        step = self.step(bench, group)
+        text = '-s %d -d %d -c %d' % (self.block, self.depth,
+                                      self.count(bench, group))
+        if step:
+            text += ' -S %d' % step
+        if self.flush:
+            text += ' --flush-interval=%d' % bench.config.flush_interval
+        return text
+
+    def engine_text(self, bench):
+        return ('qemu-img %s bench -w %s, --image-opts with file.aio=%s and '
+                'cache.direct=on (cache=%s) for every variant; qemu-img\'s '
+                'own timer (requests only, no process start or open)' % (
+                    tools.version(), self.pattern_text(bench, DEFAULT_GROUP),
+                    vs.AIO, vs.CACHE))
+
+    def unmeasurable(self, bench):
+        """Why this workload cannot be measured honestly here, or None."""
+        return None
 
     def setup(self, bench):
-        bench.base(bench.config.write_base)
+        bench.base(self.base_size(bench))
+
+    def default_groups(self, bench):
+        cfg = bench.config
+        defaults = {default_cluster(bench, size) for size in
+                    (cfg.write_disk, cfg.read_disk) + tuple(cfg.create_sizes)}
+        return [DEFAULT_GROUP] + [
+            group for group, _variants in self.groups(bench)[1:]
+            if policy.CLUSTER_SIZES[group.split()[0]] in defaults]
+
+    def groups(self, bench):
+        """[(group, variants)]: the default layout, then opt-in sizes."""
+        size = self.disk_size(bench)
+        groups = [(DEFAULT_GROUP, WRITE_VARIANTS + self.extra_variants)]
+        if self.name in bench.config.cluster_sweep:
+            for name, _value in opt_in_clusters(bench, size):
+                groups.append((sweep_group(name), (vs.RAW_FALLOCATED,) +
+                               tuple(v.with_cluster(name)
+                                     for v in SWEEP_VARIANTS)))
+        return groups
+
+    def too_few(self, bench, group):
+        """Why the group's writes are too few to time, or None."""
+        return None
 
     def cases(self, bench):
-        return [engine.Case(v, skip=bench.cannot_reserve(
-            v, bench.config.write_disk)) for v in WRITE_VARIANTS]
+        why = self.unmeasurable(bench)
+        cases = []
+        for group, variants in self.groups(bench):
+            for variant in variants:
+                skip = (why or self.too_few(bench, group) or
+                        bench.cannot_reserve(
+                            variant, self.disk_size(bench),
+                            written=self.written(bench, group)))
+                cases.append(engine.Case(variant, group=group, skip=skip))
+        return cases
 
     def measure(self, bench, case, rep):
         cfg = bench.config
         disk = vs.make_disk(case.variant, bench.workdir,
-                            bench.base(cfg.write_base), cfg.write_disk)
+                            bench.base(self.base_size(bench)),
+                            self.disk_size(bench))
         try:
             case.facts.update(disk_facts(disk))
             allocated = disk.allocated
-            opts = tools.image_opts(disk.path, disk.fmt, disk.aio,
-                                    disk.cache_size)
-            value = self.write(bench, opts)
+            seconds = tools.bench(
+                disk.opts(), count=self.count(bench, case.group),
+                size=self.block, depth=self.depth,
+                step=self.step(bench, case.group),
+                flush_interval=(cfg.flush_interval if self.flush else None))
         finally:
             disk.remove()
-        return engine.Sample(value, {'allocated': allocated,
-                                     'create_seconds': disk.create_seconds})
+        return engine.Sample(self.value(bench, case.group, seconds),
+                             {'allocated': allocated,
+                              'create_seconds': disk.create_seconds})
 
-    def write(self, bench, opts):
-        raise NotImplementedError()
+    def value(self, bench, group, seconds):
+        return self.count(bench, group) / seconds
 
 
 @register
@@ -183,175 +320,215 @@ class SequentialFirstWrites(_FirstWrites):
     name = 'seq-write'
     title = 'Sequential first writes, 64 KiB, queue depth 16'
     unit = 'MiB/s'
+    block = 64 * units.Ki
+    extra_variants = (vs.RAW_SPARSE,)
 
-    def engine_text(self, bench):
+    def count(self, bench, group):
         cfg = bench.config
-        return ('qemu-img %s bench -w -s %d -d %d over the first %s, '
-                'cache.direct=on (cache=none), io as libvirt is told; wall '
-                'clock from start to exit (open and final flush included)'
-                % (tools.version(), cfg.seq_block, cfg.depth,
-                   engine.fmt_bytes(cfg.seq_bytes)))
+        return min(cfg.seq_bytes, cfg.write_disk) // self.block
 
-    def describe(self, bench):
-        return self.describe_disk(bench)
-
-    def write(self, bench, opts):
-        cfg = bench.config
-        seconds = tools.bench(opts, count=cfg.seq_bytes // cfg.seq_block,
-                              size=cfg.seq_block, depth=cfg.depth)
-        return cfg.seq_bytes / units.Mi / seconds
+    def value(self, bench, group, seconds):
+        return self.count(bench, group) * self.block / units.Mi / seconds
 
 
 @register
 class NewClusterWrites(_FirstWrites):
     name = 'new-cluster-write'
     title = '4 KiB writes, each into a new cluster, queue depth 16'
-    unit = 'IOPS'
 
-    def step(self, bench):
-        """Distance between writes: the largest cluster of any variant."""
-        opts = CONF.prealloc_backend
-        plugin = policy.cluster_size(opts.qcow2_cluster_size,
-                                     bench.config.write_disk,
-                                     opts.qcow2_extended_l2)
-        return max(policy.MIN_CLUSTER, plugin)
+    def _cluster(self, bench, group):
+        if group == DEFAULT_GROUP:
+            return default_cluster(bench, bench.config.write_disk)
+        return policy.CLUSTER_SIZES[group.split()[0]]
 
-    def count(self, bench):
+    def step(self, bench, group):
+        """Distance between writes: the largest cluster of the group's
+        variants (nova's overlays and the minimum: 64 KiB).
+        """
+        return max(policy.MIN_CLUSTER, self._cluster(bench, group) or 0)
+
+    def count(self, bench, group):
         cfg = bench.config
-        return min(cfg.new_cluster_writes, cfg.write_base // self.step(bench))
+        return min(cfg.new_cluster_writes,
+                   min(cfg.write_base, cfg.write_disk) //
+                   self.step(bench, group))
+
+    def too_few(self, bench, group):
+        count = self.count(bench, group)
+        if count < MIN_NEW_CLUSTER_WRITES:
+            return ('not measured in this run: %d writes %s apart over %s '
+                    'of backing data are too few to time (at least %d); '
+                    'the default run measures them' % (
+                        count, engine.fmt_bytes(self.step(bench, group)),
+                        engine.fmt_bytes(bench.config.write_base),
+                        MIN_NEW_CLUSTER_WRITES))
+        return None
 
     def engine_text(self, bench):
-        return ('qemu-img %s bench -w -s 4096 -S %d -d %d, %d writes, '
-                'cache.direct=on (cache=none), io as libvirt is told; wall '
-                'clock from start to exit (open and final flush included)'
-                % (tools.version(), self.step(bench), bench.config.depth,
-                   self.count(bench)))
+        return super().engine_text(bench) + (
+            '; opt-in sizes: -S their cluster size, -c as many writes as '
+            'fit over the backing data')
 
     def describe(self, bench):
-        return self.describe_disk(bench) + (
+        return super().describe(bench) + (
             '; every write lands in a cluster not written before, over '
             'backing data')
 
-    def write(self, bench, opts):
-        count = self.count(bench)
-        seconds = tools.bench(opts, count=count, size=KiB4,
-                              depth=bench.config.depth,
-                              step=self.step(bench))
-        return count / seconds
+
+@register
+class DenseWritesQD1(_FirstWrites):
+    name = 'dense-4k-qd1'
+    title = 'Dense sequential 4 KiB first writes, queue depth 1'
+    depth = 1
+
+    def count(self, bench, group):
+        return bench.config.dense_writes
+
+    def disk_size(self, bench):
+        return bench.config.dense_disk
+
+
+@register
+class DenseWritesQD16(DenseWritesQD1):
+    name = 'dense-4k-qd16'
+    title = 'Dense sequential 4 KiB first writes, queue depth 16'
+    depth = 16
+
+
+@register
+class SmallWrites(_FirstWrites):
+    name = 'write-512'
+    title = 'Dense sequential 512-byte first writes, queue depth 16'
+    block = 512
+
+    def count(self, bench, group):
+        return bench.config.small_writes
+
+    def disk_size(self, bench):
+        return bench.config.dense_disk
+
+    def unmeasurable(self, bench):
+        reason = tools.check_direct_io(bench.workdir, self.block)
+        if reason:
+            return ('not measured: %s; QEMU would turn every 512-byte '
+                    'write into a read-modify-write of its own, for every '
+                    'variant alike' % reason)
+        return None
+
+
+@register
+class FlushedWrites(_FirstWrites):
+    name = 'flush-4k'
+    title = 'Dense sequential 4 KiB first writes, queue depth 1, a flush ' \
+            'every N writes'
+    depth = 1
+    flush = True
+
+    def count(self, bench, group):
+        return bench.config.flush_writes
+
+    def disk_size(self, bench):
+        return bench.config.dense_disk
 
 
 @register
 class RandomReads(Workload):
     name = 'random-read'
-    title = 'Random 4 KiB reads over a 1 TiB thin disk (L2 cache)'
+    title = 'Random 4 KiB reads over written data, 1 TiB disks, queue ' \
+            'depth 1'
     unit = 'reads/s'
     VARIANTS = (vs.RAW_SPARSE, vs.NOVA_NONE, vs.PLUGIN_NONE,
-                vs.PLUGIN_METADATA)
+                vs.PLUGIN_METADATA, vs.PLUGIN_SPACE)
+    references = ('raw-sparse', 'nova-none')
     fact_columns = (('cluster', 'cluster'), ('cache', 'metadata cache'),
-                    ('l2_coverage', 'L2 covers'))
+                    ('l2_coverage', 'L2 cache covers'))
 
     def __init__(self):
         self._disks = {}
-        self._step = None
+        self._points = []
 
     def engine_text(self, bench):
-        return ('qemu-io %s reading a script of %d reads at seeded random '
-                '4 KiB-aligned offsets (a new seed per repetition, the same '
-                'for every variant), one at a time, cache.direct=on; the '
-                'time of a run that only opens the disk is subtracted'
-                % (tools.version(tools.QEMU_IO), bench.config.random_reads))
+        return ('qemu-io %s, one read at a time (-C), file.aio=%s, '
+                'cache.direct=on for every variant; the sum of the times '
+                'qemu-io reports for each read (no process start, no '
+                'command parsing)' % (tools.version(tools.QEMU_IO), vs.AIO))
 
     def describe(self, bench):
-        return ('%s disks, thin (qcow2: overlays of a %s data backing file, '
-                'nova default layout vs the plugin\'s cluster size and '
-                '<metadata_cache>, given to QEMU as cache-size as libvirt '
-                'does); first one 4 KiB write every %s so that every L2 '
-                'table exists, as a guest filesystem touches its whole disk'
-                % (engine.fmt_bytes(bench.config.random_disk),
-                   engine.fmt_bytes(bench.config.small_base),
-                   engine.fmt_bytes(self._step) if self._step else '?'))
+        cfg = bench.config
+        return ('%s disks (qcow2: overlays of a %s random-data backing '
+                'file; raw: a sparse file), each first written at %d seeded '
+                'random 4 KiB-aligned points (untimed); every repetition '
+                'reads all %d points in its own seeded order, the same for '
+                'every variant: no read lands on a hole or an unallocated '
+                'cluster' % (engine.fmt_bytes(cfg.read_disk),
+                             engine.fmt_bytes(cfg.small_base),
+                             cfg.read_points, cfg.read_points))
+
+    def variants(self, bench):
+        out = list(self.VARIANTS)
+        if self.name in bench.config.cluster_sweep:
+            for name, _value in opt_in_clusters(bench, bench.config.read_disk):
+                out.append(vs.PLUGIN_METADATA.with_cluster(name))
+        return out
 
     def cases(self, bench):
         cfg = bench.config
         base = bench.base(cfg.small_base)
+        rng = random.Random(0)
+        blocks = cfg.read_disk // KiB4
+        self._points = sorted({rng.randrange(blocks) * KiB4
+                               for _ in range(cfg.read_points)})
+        # What one 4 KiB write can copy at most: a 64 KiB cluster (nova's
+        # layout) or subcluster (2 MiB clusters with extended_l2).
+        written = len(self._points) * policy.MIN_CLUSTER
         cases = []
-        for variant in self.VARIANTS:
+        for variant in self.variants(bench):
             case = engine.Case(variant, group=engine.fmt_bytes(
-                cfg.random_disk))
-            case.skip = bench.cannot_reserve(variant, cfg.random_disk)
-            if case.skip is None:
-                try:
-                    disk = vs.make_disk(variant, bench.workdir, base,
-                                        cfg.random_disk)
-                except engine.CASE_ERRORS as exc:
-                    case.error = str(exc)
-                else:
-                    self._disks[variant.key] = disk
-                    case.facts.update(disk_facts(disk))
-                    case.facts['l2_coverage'] = self._coverage(disk)
+                cfg.read_disk))
+            case.skip = bench.cannot_reserve(variant, cfg.read_disk,
+                                             written=written)
             cases.append(case)
-        self._step = self._populate_step()
-        for case in cases:
-            disk = self._disks.get(case.variant.key)
-            if disk is None or case.error:
+            if case.skip:
                 continue
             try:
-                self._populate(bench, disk)
+                disk = vs.make_disk(variant, bench.workdir, base,
+                                    cfg.read_disk)
+                self._disks[variant.key] = disk
+                case.facts.update(disk_facts(disk))
+                case.facts['l2_coverage'] = self._coverage(disk)
+                # Preparation, not measured: cache=unsafe.
+                tools.qemu_io_prepare(
+                    disk.opts(direct=False, flush=False),
+                    ((offset, KiB4) for offset in self._points))
             except engine.CASE_ERRORS as exc:
                 case.error = str(exc)
         return cases
 
     @staticmethod
-    def _layout(disk):
-        info = tools.info(disk.path)
-        data = info.get('format-specific', {}).get('data', {})
-        return info['virtual-size'], info['cluster-size'], bool(
-            data.get('extended-l2', False))
-
-    def _coverage(self, disk):
+    def _coverage(disk):
         """Virtual bytes the disk's L2 cache maps, as QEMU sizes it."""
         if disk.fmt != 'qcow2':
             return '-'
-        size, cluster, extended = self._layout(disk)
+        info = tools.info(disk.path)
+        size, cluster = info['virtual-size'], info['cluster-size']
         if disk.cache_size:
             # QEMU gives the refcount cache its minimum, the rest to L2.
             cache = disk.cache_size - (policy.MIN_REFCOUNT_CACHE_CLUSTERS *
                                        cluster)
         else:
             cache = policy.QEMU_DEFAULT_L2_CACHE
-        covered = min(policy.l2_coverage(cluster, extended, cache), size)
+        covered = min(policy.l2_coverage(cluster, bool(disk.extended_l2),
+                                         cache), size)
         return '%s (%d%%)' % (engine.fmt_bytes(covered),
                               round(100 * covered / size))
 
-    def _populate_step(self):
-        """Virtual bytes one L2 table maps, smallest over the disks."""
-        steps = []
-        for disk in self._disks.values():
-            if disk.fmt == 'qcow2':
-                _size, cluster, extended = self._layout(disk)
-                steps.append(cluster // policy.l2_entry_bytes(extended) *
-                             cluster)
-        return min(steps) if steps else units.Gi
-
-    def _populate(self, bench, disk):
-        size = bench.config.random_disk
-        # Preparation, not measured: cache=unsafe.
-        opts = tools.image_opts(disk.path, disk.fmt, 'threads',
-                                disk.cache_size, direct=False, flush=False)
-        tools.bench(opts, count=size // self._step, size=KiB4,
-                    step=self._step)
-
     def measure(self, bench, case, rep):
-        cfg = bench.config
         disk = self._disks[case.variant.key]
-        rng = random.Random(rep + 1)
-        blocks = cfg.random_disk // KiB4
-        script = tools.io_script(
-            (rng.randrange(blocks) * KiB4, KiB4)
-            for _ in range(cfg.random_reads))
-        opts = tools.image_opts(disk.path, disk.fmt, disk.aio,
-                                disk.cache_size)
-        return engine.Sample(cfg.random_reads / tools.qemu_io(opts, script))
+        order = list(self._points)
+        random.Random(rep + 1).shuffle(order)
+        seconds = tools.qemu_io(disk.opts(),
+                                ((offset, KiB4) for offset in order))
+        return engine.Sample(len(order) / seconds)
 
     def teardown(self, bench):
         for disk in self._disks.values():
@@ -362,39 +539,48 @@ class RandomReads(Workload):
 @register
 class Creation(Workload):
     name = 'create'
-    title = 'Creation time and physical size per mode'
+    title = 'Creation time and physical size'
     unit = 's'
     higher_is_better = False
-    VARIANTS = (vs.RAW_REF, vs.NOVA_NONE, vs.NOVA_SPACE, vs.PLUGIN_NONE,
-                vs.PLUGIN_METADATA, vs.PLUGIN_SPACE)
+    VARIANTS = (vs.RAW_FALLOCATED, vs.NOVA_NONE, vs.NOVA_SPACE,
+                vs.PLUGIN_NONE, vs.PLUGIN_METADATA, vs.PLUGIN_SPACE)
+    references = ('nova-none',)
     extra_columns = (('allocated', 'physical size', 'bytes'),)
     fact_columns = (('cluster', 'cluster'),)
 
     def engine_text(self, bench):
         return ('wall clock of Image.cache() (the plugin\'s or nova\'s, the '
-                'call nova-compute makes), base image already in the image '
-                'cache; physical size = allocated blocks (st_blocks) after')
+                'call nova-compute makes, its qemu-img runs included), base '
+                'image already in the image cache; physical size = '
+                'allocated blocks (st_blocks) after: for none and metadata '
+                'that is the qcow2 metadata')
 
     def describe(self, bench):
-        return ('qcow2 overlays of a %s data backing file, as the root disk '
-                'of a flavor of that size; the raw reference is one '
-                'fallocate(2) call'
+        return ('qcow2 overlays of a %s random-data backing file, as the '
+                'root disk of a flavor of that size; the raw reference is '
+                'one fallocate(2) call'
                 % engine.fmt_bytes(bench.config.small_base))
 
     def cases(self, bench):
         bench.base(bench.config.small_base)
+        sweep = self.name in bench.config.cluster_sweep
         cases = []
         for size in bench.config.create_sizes:
             group = engine.fmt_bytes(size)
-            for variant in self.VARIANTS:
+            variants = list(self.VARIANTS)
+            if sweep:
+                variants += [vs.PLUGIN_METADATA.with_cluster(name)
+                             for name, _v in opt_in_clusters(bench, size)]
+            for variant in variants:
                 cases.append(engine.Case(
                     variant, group=group, params={'size': size},
                     skip=bench.cannot_reserve(variant, size)))
             cases.append(engine.Case(
                 vs.PLUGIN_FULL, group=group, params={'size': size},
-                skip=('not measured: full writes %s of zeros; its cost is '
-                      'in the "created in" column of workload 1'
-                      % engine.fmt_bytes(size))))
+                skip=('not measured: full writes %s of zeros; its creation '
+                      'time at %s is in the seeds\' table'
+                      % (engine.fmt_bytes(size),
+                         engine.fmt_bytes(bench.config.write_disk)))))
         return cases
 
     def measure(self, bench, case, rep):
@@ -415,8 +601,9 @@ class Extents(Workload):
     title = 'Extents of a raw disk after writing it'
     unit = 'extents'
     higher_is_better = False
-    VARIANTS = (vs.RAW_REF, vs.NOVA_NONE, vs.NOVA_SPACE, vs.PLUGIN_NONE,
-                vs.PLUGIN_SPACE, vs.PLUGIN_FULL)
+    VARIANTS = (vs.RAW_FALLOCATED, vs.NOVA_NONE, vs.NOVA_SPACE,
+                vs.PLUGIN_NONE, vs.PLUGIN_SPACE, vs.PLUGIN_FULL)
+    references = ('raw-fallocated',)
     BLOCK = 64 * units.Ki
     extra_columns = (('allocated', 'allocated before', 'bytes'),
                      ('extents_before', 'extents before', 'number'),
@@ -424,13 +611,14 @@ class Extents(Workload):
 
     def engine_text(self, bench):
         return ('qemu-io %s writing every 64 KiB block once in a seeded '
-                'random order, one at a time, cache.direct=on; then '
-                'filefrag (FIEMAP)' % tools.version(tools.QEMU_IO))
+                'random order, one at a time, file.aio=%s, cache.direct=on '
+                '(MiB/s: the sum of qemu-io\'s per-request times); then '
+                'filefrag (FIEMAP)' % (tools.version(tools.QEMU_IO), vs.AIO))
 
     def describe(self, bench):
-        return ('%s raw disks (images_type=raw: a copy of a %s data base '
-                'image, grown; plugin metadata does nothing to raw disks, '
-                'so it is not shown) on %s' % (
+        return ('%s raw disks (images_type=raw: a copy of a %s random-data '
+                'base image, grown; plugin metadata does nothing to raw '
+                'disks, so it is not shown) on %s' % (
                     engine.fmt_bytes(bench.config.extents_disk),
                     engine.fmt_bytes(bench.config.small_base),
                     bench.fs_type))
@@ -451,10 +639,9 @@ class Extents(Workload):
             before = tools.filefrag(disk.path)
             order = list(range(0, cfg.extents_disk, self.BLOCK))
             random.Random(rep + 1).shuffle(order)
-            script = tools.io_script(((offset, self.BLOCK)
-                                      for offset in order), op='write')
             seconds = tools.qemu_io(
-                tools.image_opts(disk.path, 'raw', disk.aio), script)
+                disk.opts(), ((offset, self.BLOCK) for offset in order),
+                op='write')
             extents = tools.filefrag(disk.path)
         finally:
             disk.remove()

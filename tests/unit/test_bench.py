@@ -10,17 +10,19 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""``prealloc-backend bench``: the command, its engine, its report.
+"""``prealloc-backend bench``: its statistics, targets, report and tools.
 
-The end-to-end test runs the real command (``--quick``) in a child process
-on a temporary directory, as an operator would, and reads its JSON: it
-parses nova's global configuration, so it cannot share a test process.
-The other tests make real disks through the plugin's and nova's backends
-with real qemu-img, or check the report's arithmetic and formatting on
-hand-made results. No test asserts a timing or a measured ratio: those
-depend on the host.
+The statistics (pairing by repetition, median and [min-max]) and the
+targets are checked on hand-made results: no test here asserts a timing or
+a measured ratio, those depend on the host. The tools run the real
+qemu-img and qemu-io on small files; the disks are made through the
+plugin's and nova's real backends; one end-to-end test runs the real
+command on one workload in a child process (it parses nova's global
+configuration, so it cannot share a test process). Loop-mounted
+filesystems are in tests/privileged/test_bench.py.
 """
 
+import argparse
 import dataclasses
 import errno
 import io
@@ -44,49 +46,75 @@ from prealloc_backend.cmd import main as cmd_main
 from tests import base
 from tests import fixtures as pb_fixtures
 
+DEFAULT = engine.DEFAULT_GROUP
 
-def case(variant, median, group='', n=3, skip=None, error=None,
-         spread=0.1):
-    """A result row as Workload.result() makes it."""
-    row = {'variant': variant, 'label': variants.BY_KEY[variant].label,
-           'family': variants.BY_KEY[variant].family,
-           'mode': variants.BY_KEY[variant].mode, 'group': group,
+
+def case(variant, samples, group=DEFAULT, skip=None, error=None):
+    """A result row as Workload.result() makes it, samples by repetition
+    (None: no figure in that repetition).
+    """
+    v = variants.by_key(variant)
+    row = {'variant': variant, 'label': v.label, 'family': v.family,
+           'mode': v.mode, 'cluster_asked': v.cluster, 'group': group,
            'skip': skip, 'error': error, 'facts': {}, 'extra': {},
-           'samples': [] if median is None else [median] * n}
-    if median is None:
-        row.update(median=None, min=None, max=None, n=0)
-    else:
-        row.update(median=median, min=median * (1 - spread),
-                   max=median * (1 + spread), n=n)
+           'samples': list(samples)}
+    row.update(engine.summary(row['samples']))
     return row
 
 
-def workload(name, cases, unit='MiB/s', higher=True):
+def workload(name, cases, unit='IOPS', higher=True, kind='write',
+             references=('raw-fallocated', 'raw-zero-written', 'nova-none',
+                         'nova-space'), default_groups=(DEFAULT,)):
     return {'name': name, 'title': name.title(), 'unit': unit,
             'higher_is_better': higher, 'engine': 'qemu-img bench',
             'setup': 'disks', 'error': None, 'seconds': 1.0,
+            'references': list(references), 'kind': kind,
+            'default_groups': list(default_groups),
             'extra_columns': [], 'fact_columns': [], 'cases': cases}
 
 
-def result(workload_list):
-    return {'schema': engine.SCHEMA_VERSION, 'run': 'default',
-            'config': {'reps': 3}, 'date': '2024-01-01T00:00:00+00:00',
+def result(workload_list, run='default'):
+    return {'schema': engine.SCHEMA_VERSION, 'run': run,
+            'argv': ['bench', '--dir', '/d'],
+            'config': {'reps': 3, 'seq_bytes': 2 * units.Gi,
+                       'write_disk': 2 * units.Gi},
+            'date': '2026-11-23T00:00:00+00:00',
             'host': {'hostname': 'h', 'kernel': '6.1', 'cpus': 2,
                      'nova': '34.0.0', 'prealloc_backend': '1.0',
                      'qemu_img': '7.2', 'directory': '/d',
-                     'filesystem': 'ext4', 'free_bytes': units.Gi},
+                     'filesystem': 'ext4', 'free_bytes': units.Gi,
+                     'aio': 'native', 'cache': 'none'},
             'privsep': 'in-process', 'workloads': workload_list,
             'seconds': 12.0}
 
 
 class StatsTestCase(base.TestCase):
 
-    def test_summary(self):
+    def test_summary_leaves_out_missing_repetitions(self):
         self.assertEqual({'median': 2, 'min': 1, 'max': 5, 'n': 3},
-                         engine.summary([5, 1, 2]))
+                         engine.summary([5, None, 1, 2]))
         self.assertEqual(2.5, engine.summary([4, 1, 2, 3])['median'])
         self.assertEqual({'median': None, 'min': None, 'max': None, 'n': 0},
-                         engine.summary([]))
+                         engine.summary([None, None]))
+
+    def test_ratios_are_paired_by_repetition(self):
+        # The median of the paired ratios (2.0), not the ratio of the
+        # medians (20 / 15): repetition 2 was slow for the variant and fast
+        # for the reference, and must not be compared with another one.
+        self.assertEqual([2.0, 0.5, 2.0],
+                         engine.paired_ratios([10, 20, 30], [5, 40, 15]))
+        # A repetition missing on either side (or a zero reference) pairs
+        # with nothing.
+        self.assertEqual([2.0], engine.paired_ratios([10, None, 30, 8],
+                                                     [5, 40, None, 0]))
+
+    def test_case_keeps_samples_by_repetition(self):
+        row = engine.Case(variants.RAW_FALLOCATED)
+        row.add(0, engine.Sample(1.0, {'allocated': 7}))
+        row.add(2, engine.Sample(3.0, {'allocated': 9}))
+        row._pad(3)
+        self.assertEqual([1.0, None, 3.0, None], row.samples)
+        self.assertEqual([7, None, 9], row.extra['allocated'])
 
     def test_rotated_starts_one_later_each_repetition(self):
         self.assertEqual(['a', 'b', 'c'], engine.rotated(['a', 'b', 'c'], 0))
@@ -94,112 +122,177 @@ class StatsTestCase(base.TestCase):
         self.assertEqual(['a', 'b', 'c'], engine.rotated(['a', 'b', 'c'], 3))
         self.assertEqual([], engine.rotated([], 2))
 
-    def test_fmt_bytes(self):
+    def test_fmt(self):
         self.assertEqual('1 TiB', engine.fmt_bytes(units.Ti))
-        self.assertEqual('10 GiB', engine.fmt_bytes(10 * units.Gi))
         self.assertEqual('1.5 GiB', engine.fmt_bytes(3 * units.Gi // 2))
-        self.assertEqual('196 KiB', engine.fmt_bytes(196 * units.Ki))
-        self.assertEqual('0 B', engine.fmt_bytes(0))
         self.assertEqual('-', engine.fmt_bytes(None))
-
-    def test_fmt_number(self):
         self.assertEqual('1234', report.fmt_number(1234.4))
-        self.assertEqual('12.3', report.fmt_number(12.34))
-        self.assertEqual('1.23', report.fmt_number(1.234))
         self.assertEqual('0.123', report.fmt_number(0.1234))
-        self.assertEqual('0.00012', report.fmt_number(0.00012))
         self.assertEqual('3', report.fmt_number(3.0))
-        self.assertEqual('-', report.fmt_number(None))
+        self.assertEqual('20 [10-30]', report.fmt_spread(
+            engine.summary([10, 30, 20])))
+        self.assertEqual('20', report.fmt_spread(engine.summary([20])))
 
 
 class RatioTestCase(base.TestCase):
 
-    def test_ratios_to_raw_and_nova_within_group(self):
+    def test_paired_ratios_within_group(self):
         w = workload('create', [
-            case('raw', 1.0, '10 GiB'), case('nova-none', 2.0, '10 GiB'),
-            case('nova-space', 4.0, '10 GiB'),
-            case('plugin-space', 3.0, '10 GiB'),
-            case('nova-none', 8.0, '1 TiB'),
-            case('plugin-space', 2.0, '1 TiB')], unit='s', higher=False)
+            case('nova-none', [1.0, 2.0, 4.0], '10 GiB'),
+            case('plugin-metadata', [3.0, 2.0, 2.0], '10 GiB'),
+            case('plugin-metadata', [6.0, 6.0, 6.0], '1 TiB')],
+            unit='s', higher=False, kind=None, references=('nova-none',))
         report.add_ratios(w)
-        space_10g, space_1t = w['cases'][3], w['cases'][5]
-        self.assertEqual({'raw': 3.0, 'nova-none': 1.5, 'nova-space': 0.75},
-                         space_10g['ratios'])
-        # No raw or nova-space row at 1 TiB: no ratio to them, not one
-        # taken from another size.
-        self.assertEqual({'nova-none': 0.25}, space_1t['ratios'])
-
-    def test_ratio_of_missing_or_zero(self):
-        self.assertIsNone(report.ratio(None, 2.0))
-        self.assertIsNone(report.ratio(2.0, 0))
-        self.assertIsNone(report.ratio(2.0, None))
-        self.assertEqual(0.5, report.ratio(1.0, 2.0))
+        paired = w['cases'][1]['ratios']['nova-none']
+        self.assertEqual([3.0, 1.0, 0.5], paired['samples'])
+        self.assertEqual((1.0, 0.5, 3.0, 3),
+                         (paired['median'], paired['min'], paired['max'],
+                          paired['n']))
+        # No reference at 1 TiB: no ratio to one of another size.
+        self.assertEqual({}, w['cases'][2]['ratios'])
+        # A reference has no ratio to itself.
+        self.assertEqual({}, w['cases'][0]['ratios'])
 
     def test_skipped_reference_gives_no_ratio(self):
         w = workload('seq-write', [
-            case('raw', None, skip='cannot be reserved here'),
-            case('plugin-space', 10.0)])
+            case('raw-fallocated', [None] * 3, skip='cannot be reserved'),
+            case('plugin-space', [10.0] * 3)])
         report.add_ratios(w)
         self.assertEqual({}, w['cases'][1]['ratios'])
+
+
+def writes(name, none=0.97, full=0.97, metadata=0.95, space=0.95,
+           groups=None):
+    """A first-write workload whose plugin rows are the given multiples of
+    their references in every repetition.
+    """
+    rows = [case('raw-fallocated', [100.0, 200.0, 100.0]),
+            case('raw-zero-written', [100.0, 100.0, 200.0]),
+            case('nova-none', [50.0, 50.0, 100.0]),
+            case('plugin-none', [50.0 * none, 50.0 * none, 100.0 * none]),
+            case('plugin-metadata', [100.0 * metadata, 200.0 * metadata,
+                                     100.0 * metadata]),
+            case('plugin-space', [100.0 * space, 200.0 * space,
+                                  100.0 * space]),
+            case('plugin-full', [100.0 * full, 100.0 * full, 200.0 * full])]
+    for group, factor in (groups or {}).items():
+        rows += [case('raw-fallocated', [100.0] * 3, group),
+                 case('plugin-metadata@%s' % group.split()[0],
+                      [100.0 * factor] * 3, group),
+                 case('plugin-space@%s' % group.split()[0],
+                      [100.0 * factor] * 3, group)]
+    default_groups = [DEFAULT] + list(groups or {})
+    return workload(name, rows, default_groups=default_groups)
 
 
 class TargetTestCase(base.TestCase):
 
     def judged(self, workload_list):
-        return {t['id']: t for t in
-                report.finalize(result(workload_list))['targets']}
+        out = report.finalize(result(workload_list))['targets']
+        return {t['name']: t for t in out}
 
-    def test_targets_met_missed_and_unmeasured(self):
+    def test_every_target_of_the_issue(self):
         targets = self.judged([
-            workload('seq-write', [case('raw', 100.0),
-                                   case('nova-space', 40.0),
-                                   case('plugin-space', 97.0)]),
-            workload('new-cluster-write', [case('raw', 100.0),
-                                           case('nova-space', 30.0),
-                                           case('plugin-space', 70.0)]),
-            workload('create', [
-                case('plugin-metadata', 0.5, '10 GiB'),
-                case('plugin-metadata', 1.5, '1 TiB'),
-                case('plugin-space', 0.5, '10 GiB'),
-                case('plugin-space', None, '1 TiB',
+            writes('seq-write', metadata=0.96, space=0.94),
+            writes('new-cluster-write', none=0.5, full=0.9,
+                   groups={'512K asked': 0.85}),
+            writes('dense-4k-qd16', none=0.94),
+            workload('random-read', [
+                case('raw-sparse', [1000.0, 2000.0, 1000.0], '1 TiB'),
+                case('plugin-metadata', [950.0, 1700.0, 850.0], '1 TiB'),
+                case('plugin-space', [None] * 3, '1 TiB',
                      skip='cannot be reserved here: needs 1 TiB')],
-                unit='s', higher=False),
+                unit='reads/s', kind=None,
+                references=('raw-sparse', 'nova-none')),
+            workload('create', [
+                case('plugin-metadata', [1.0, 1.5, 2.5], '1 TiB')],
+                unit='s', higher=False, kind=None,
+                references=('nova-none',)),
         ])
-        self.assertTrue(targets['seq-write-vs-raw']['met'])
-        self.assertAlmostEqual(0.97, targets['seq-write-vs-raw']['value'])
-        self.assertTrue(targets['seq-write-vs-nova']['met'])   # 2.43
-        self.assertFalse(targets['new-cluster-vs-raw']['met'])  # 0.7
-        self.assertFalse(targets['new-cluster-vs-nova']['met'])  # 2.33
-        self.assertTrue(targets['create-scaling-metadata']['met'])  # 3.0
-        self.assertAlmostEqual(3.0,
-                               targets['create-scaling-metadata']['value'])
-        space = targets['create-scaling-space']
-        self.assertIsNone(space['met'])
-        self.assertIn('plugin-space at 1 TiB skipped: cannot be reserved',
-                      space['why'])
-        self.assertIsNone(targets['random-read-layout']['met'])
-        self.assertIn('random-read not run',
-                      targets['random-read-layout']['why'])
+        t = targets['64K sequential first writes: plugin metadata / raw '
+                    'fallocated']
+        self.assertEqual((True, '>=', 0.95), (t['met'], t['op'],
+                                              t['target']))
+        self.assertAlmostEqual(0.96, t['value'])
+        self.assertFalse(targets['64K sequential first writes: plugin '
+                                 'space / raw fallocated']['met'])
+        # "at every default cluster size": the default group and a group
+        # the plan picks by default at some size.
+        self.assertTrue(targets['4K new-cluster writes (default layout): '
+                                'plugin metadata / raw fallocated']['met'])
+        t = targets['4K new-cluster writes (512K asked): plugin space / raw '
+                    'fallocated']
+        self.assertFalse(t['met'])
+        self.assertAlmostEqual(0.85, t['value'])
+        # none and full on every write pattern.
+        self.assertTrue(targets['seq-write: plugin none / stock nova '
+                                '(none)']['met'])
+        self.assertFalse(targets['new-cluster-write: plugin none / stock '
+                                 'nova (none)']['met'])
+        self.assertFalse(targets['dense-4k-qd16: plugin none / stock nova '
+                                 '(none)']['met'])
+        self.assertFalse(targets['new-cluster-write: plugin full / raw '
+                                 'zero-written']['met'])
+        self.assertTrue(targets['seq-write: plugin full / raw '
+                                'zero-written']['met'])
+        # Paired: 0.95, 0.85, 0.85 -> 0.85 (the ratio of the medians would
+        # be 950 / 1000 = 0.95, met).
+        t = targets['random 4K reads over written data, 1 TiB: plugin '
+                    'metadata / raw']
+        self.assertAlmostEqual(0.85, t['value'])
+        self.assertFalse(t['met'])
+        self.assertEqual((0.85, 0.95, 3), (round(t['min'], 3),
+                                           round(t['max'], 3), t['n']))
+        t = targets['random 4K reads over written data, 1 TiB: plugin '
+                    'space / raw']
+        self.assertIsNone(t['met'])
+        self.assertIsNone(t['value'])
+        self.assertIn('plugin-space skipped: cannot be reserved', t['why'])
+        t = targets['creating a 1 TiB metadata disk: seconds (median)']
+        self.assertEqual((1.5, '<=', 2.0, True),
+                         (t['value'], t['op'], t['target'], t['met']))
 
-    def test_upper_bound_target_missed(self):
+    def test_unmeasured_targets_say_why(self):
+        targets = self.judged([writes('seq-write')])
+        t = targets['creating a 1 TiB metadata disk: seconds (median)']
+        self.assertIsNone(t['met'])
+        self.assertEqual('workload create not run', t['why'])
+        t = targets['4K new-cluster writes (default layout): plugin '
+                    'metadata / raw fallocated']
+        self.assertEqual('workload new-cluster-write not run', t['why'])
+
+    def test_creation_bound_missed(self):
         targets = self.judged([workload('create', [
-            case('plugin-metadata', 0.1, '10 GiB'),
-            case('plugin-metadata', 0.6, '1 TiB')], unit='s', higher=False)])
-        self.assertFalse(targets['create-scaling-metadata']['met'])
+            case('plugin-metadata', [2.1, 2.5, 1.9], '1 TiB')],
+            unit='s', higher=False, kind=None)])
+        self.assertFalse(targets['creating a 1 TiB metadata disk: seconds '
+                                 '(median)']['met'])
+
+    def test_reads_not_on_1_tib_are_not_judged(self):
+        targets = self.judged([workload('random-read', [
+            case('raw-sparse', [1.0] * 3, '64 GiB'),
+            case('plugin-metadata', [1.0] * 3, '64 GiB')], kind=None,
+            references=('raw-sparse',))])
+        t = targets['random 4K reads over written data, 1 TiB: plugin '
+                    'metadata / raw']
+        self.assertIsNone(t['met'])
+        self.assertIn('not 1 TiB', t['why'])
+
+    def test_json_targets_have_the_issue_fields(self):
+        data = report.finalize(result([writes('seq-write')]))
+        text = json.dumps(data)
+        for target in json.loads(text)['targets']:
+            self.assertLessEqual({'name', 'value', 'target', 'met'},
+                                 set(target))
 
     def test_target_lines(self):
-        targets = report.finalize(result([
-            workload('seq-write', [case('raw', 100.0),
-                                   case('nova-space', 50.0),
-                                   case('plugin-space', 90.0)])]))['targets']
-        lines = report.target_lines(targets)
-        self.assertIn('  [MISSED] qcow2 overlay, sequential first writes: '
-                      'plugin space / raw: 0.900 (>= 0.95)', lines)
-        self.assertIn('  [MISSED] qcow2 overlay, sequential first writes: '
-                      'plugin space / nova in-tree space: 1.800 (>= 2.4)',
+        lines = report.target_lines(report.finalize(result([
+            writes('seq-write', space=0.9)]))['targets'])
+        self.assertIn('  [MISSED] 64K sequential first writes: plugin space '
+                      '/ raw fallocated: 0.900 [0.900-0.900] (>= 0.95)',
                       lines)
-        self.assertTrue(any(line.startswith('  [n/a   ] 1 TiB random reads')
-                            for line in lines))
+        self.assertIn('  [n/a   ] creating a 1 TiB metadata disk: seconds '
+                      '(median): workload create not run', lines)
 
 
 class TableTestCase(base.TestCase):
@@ -207,64 +300,65 @@ class TableTestCase(base.TestCase):
     def test_table_pads_and_aligns(self):
         lines = report.table(['variant', 'MiB/s'],
                              [['raw fallocated', '745'],
-                              ['plugin space', '1052 (1002-1102)']],
+                              ['plugin space', '1052 [1002-1102]']],
                              indent='')
         self.assertEqual(['variant                    MiB/s',
                           '--------------  ----------------',
                           'raw fallocated               745',
-                          'plugin space    1052 (1002-1102)'], lines)
+                          'plugin space    1052 [1002-1102]'], lines)
 
     def test_workload_lines(self):
-        w = workload('seq-write', [
-            case('raw', 800.0, n=3, spread=0.05),
-            case('nova-space', 400.0),
-            case('plugin-space', 760.0),
-            case('plugin-full', None, skip='cannot be reserved here: '
-                                           'needs 1 GiB, 10 MiB free'),
-            case('plugin-none', None, error='qemu-img: boom')])
-        w['fact_columns'] = [['cluster', 'cluster']]
-        w['extra_columns'] = [['allocated', 'allocated', 'bytes']]
-        w['cases'][0]['facts'] = {'cluster': '-'}
-        w['cases'][2]['facts'] = {'cluster': '64 KiB'}
-        w['cases'][2]['extra'] = {'allocated': {'median': units.Gi}}
+        w = writes('seq-write', groups={'256K asked': 0.5})
+        w['cases'].append(case('plugin-full@256K', [None] * 3,
+                               '256K asked', skip='cannot be reserved'))
+        w['cases'].append(case('nova-space', [None] * 3,
+                               error='qemu-img: boom'))
         report.add_ratios(w)
         text = '\n'.join(report.workload_lines(w, 1))
         self.assertIn('1. Seq-Write [seq-write]', text)
-        header = [line for line in text.splitlines()
+        lines = text.splitlines()
+        header = [line for line in lines
                   if line.strip().startswith('variant')][0]
-        self.assertEqual(['variant', 'cluster', 'allocated', 'MiB/s',
-                          'median', '(min-max)', 'x', 'raw', 'x', 'nova',
-                          'space'], header.split())
-        raw = [line for line in text.splitlines()
-               if 'raw fallocated' in line][0]
-        self.assertIn('800 (760-840)', raw)
-        plugin = [line for line in text.splitlines()
-                  if line.strip().startswith('plugin space')][0]
-        self.assertEqual(['plugin', 'space', '64', 'KiB', '1', 'GiB', '760',
-                          '(684-836)', '0.95', '1.90'], plugin.split())
-        self.assertIn('   skipped: plugin full: cannot be reserved here: '
-                      'needs 1 GiB, 10 MiB free', text)
-        self.assertIn('   failed: plugin none: qemu-img: boom', text)
+        self.assertEqual(['variant', 'IOPS', 'median', '[min-max]', 'x',
+                          'raw', 'fallocated', 'x', 'raw', 'zero-written',
+                          'x', 'nova', 'none'], header.split())
+        metadata = [line for line in lines
+                    if line.strip().startswith('plugin metadata ')][0]
+        # Figures [min-max], then the paired ratios.
+        # Paired: 95/100, 190/200, 95/100 against raw fallocated;
+        # 95/100, 190/100, 95/200 against raw zero-written.
+        self.assertEqual(['plugin', 'metadata', '95', '[95-190]',
+                          '0.95', '[0.95-0.95]', '0.95', '[0.47-1.90]',
+                          '1.90', '[0.95-3.80]'], metadata.split())
+        self.assertIn('   256K asked:', lines)
+        self.assertIn('   not shown: plugin full (256K asked): cannot be '
+                      'reserved', text)
+        self.assertIn('   failed: nova space: qemu-img: boom', text)
 
-    def test_scaling_lines(self):
-        w = workload('create', [
-            case('plugin-metadata', 0.5, '10 GiB'),
-            case('plugin-space', 0.4, '10 GiB'),
-            case('plugin-metadata', 1.0, '1 TiB'),
-            case('plugin-space', None, '1 TiB', skip='no room')],
-            unit='s', higher=False)
-        self.assertEqual(['   time 1 TiB / 10 GiB: plugin metadata 2.00, '
-                          'plugin space -'], report.scaling_lines(w))
+    def test_seed_table(self):
+        w = writes('seq-write')
+        for row in w['cases']:
+            row['extra'] = {
+                'create_seconds': engine.summary([0.5, 0.25, 0.75]),
+                'allocated': engine.summary([units.Gi] * 3)}
+        lines = report.seed_lines(result([w]))
+        self.assertIn('seed 003 row', lines[1])
+        metadata = [line for line in lines
+                    if line.strip().startswith('plugin metadata')][0]
+        # 2 GiB at a median of 95 MiB/s: 21.6 s.
+        self.assertEqual(['plugin', 'metadata', 'metadata', 'qcow2',
+                          'metadata', '0.500', 's', '1', 'GiB', '21.6', 's',
+                          '95', '[95-190]'], metadata.split())
 
     def test_render_is_complete(self):
-        text = report.render(report.finalize(result([
-            workload('seq-write', [case('raw', 100.0),
-                                   case('plugin-space', 99.0)])])))
+        text = report.render(report.finalize(result([writes('seq-write')])))
         self.assertIn('prealloc-backend bench (default run, 3 repetitions, '
-                      'interleaved)', text)
-        self.assertIn('directory /d on ext4, 1 GiB free', text)
-        self.assertIn('privsep: in-process', text)
-        self.assertIn('Targets (issue 4', text)
+                      'variants interleaved)', text)
+        self.assertIn('command: prealloc-backend bench --dir /d', text)
+        self.assertIn('every disk opened with cache=none (cache.direct=on) '
+                      'and aio=native, whatever its variant', text)
+        self.assertIn('The seeds\' tables', text)
+        self.assertIn('Targets (issue 14', text)
 
 
 class ToolsTestCase(base.TestCase):
@@ -275,45 +369,62 @@ class ToolsTestCase(base.TestCase):
             'file.aio=native,cache.direct=on,cache.no-flush=off,'
             'cache-size=1048576',
             tools.image_opts('/a,b/disk', 'qcow2', 'native', units.Mi))
-        # raw has no metadata cache; preparation runs cache=unsafe.
+        # Preparation runs cache=unsafe, where QEMU has no native AIO.
         self.assertEqual(
             'driver=raw,file.driver=file,file.filename=/d,file.aio=threads,'
             'cache.direct=off,cache.no-flush=on',
-            tools.image_opts('/d', 'raw', cache_size=units.Mi, direct=False,
-                             flush=False))
+            tools.image_opts('/d', 'raw', 'native', cache_size=units.Mi,
+                             direct=False, flush=False))
 
-    def test_io_script(self):
-        self.assertEqual('read -q 0 4096\nread -q 8192 4096\nquit\n',
-                         tools.io_script([(0, 4096), (8192, 4096)]))
-        self.assertEqual('write -q -P 90 65536 65536\nquit\n',
-                         tools.io_script([(65536, 65536)], op='write',
-                                         pattern=90))
+    def test_bench_cmd(self):
+        self.assertEqual(
+            ['qemu-img', 'bench', '--image-opts', '-c', '8', '-d', '1',
+             '-s', '4096', '-o', '0', '-S', '65536', '--flush-interval=4',
+             '-w', '--pattern=90', 'OPTS'],
+            tools.bench_cmd('OPTS', 8, 4096, depth=1, step=65536,
+                            flush_interval=4))
 
-    def test_qemu_io_and_filefrag_on_a_real_disk(self):
+    def test_parse_bench(self):
+        out = ('Sending 1000 write requests, 4096 bytes each, 16 in '
+               'parallel (starting at offset 0, step size 65536)\n'
+               'Run completed in 0.180 seconds.\n')
+        self.assertEqual(0.18, tools.parse_bench(['x'], out))
+        self.assertRaises(tools.ToolError, tools.parse_bench, ['x'], 'huh')
+
+    def test_parse_io_sums_the_reported_times(self):
+        out = ('qemu-io> 4096,1,0:00:00.00,143251844.857,50000.000\n'
+               'qemu-io> 4096,1,0:00:00.00,143251844.857,25000.000\n')
+        self.assertAlmostEqual(0.00006, tools.parse_io(['x'], out, 2))
+        # A request without its report is an error, not a faster run.
+        self.assertRaises(tools.ToolError, tools.parse_io, ['x'], out, 3)
+
+    def test_real_runs(self):
         path = os.path.join(self.instances_path, 'disk.raw')
         with open(path, 'wb') as f:
-            f.truncate(4 * units.Mi)
-        opts = tools.image_opts(path, 'raw')
-        seconds = tools.qemu_io(opts, tools.io_script(
-            [(0, 65536), (units.Mi, 65536)], op='write'))
-        self.assertGreater(seconds, 0)
+            f.truncate(64 * units.Mi)
+        opts = tools.image_opts(path, 'raw', 'native')
+        # 256 writes of 64 KiB at queue depth 1 with a flush after each:
+        # long enough for qemu-img's own timer.
+        seconds = tools.bench(opts, count=256, size=65536, depth=1,
+                              flush_interval=1)
+        self.assertGreaterEqual(seconds, tools.MIN_SECONDS)
         with open(path, 'rb') as f:
-            self.assertEqual(b'\x5a' * 65536, f.read(65536))
-        self.assertGreaterEqual(tools.filefrag(path), 1)
+            self.assertEqual(bytes([90]) * 65536, f.read(65536))
+        # Two reads are far too short to time: refused, not reported.
+        exc = self.assertRaises(tools.TooShort, tools.qemu_io, opts,
+                                [(0, 4096), (units.Mi, 4096)])
+        self.assertIn('too short to time honestly', str(exc))
+        tools.qemu_io_prepare(opts, [(units.Mi, 4096)])
+        with open(path, 'rb') as f:
+            f.seek(units.Mi)
+            self.assertEqual(b'\x5a' * 4096, f.read(4096))
         # A request past the end fails the run, not silently.
-        self.assertRaises(tools.ToolError, tools.qemu_io, opts,
-                          tools.io_script([(8 * units.Mi, 4096)]))
-
-    def test_bench_runs_qemu_img_bench(self):
-        path = os.path.join(self.instances_path, 'disk.raw')
-        with open(path, 'wb') as f:
-            f.truncate(units.Mi)
-        tools.bench(tools.image_opts(path, 'raw'), count=16, size=65536)
-        with open(path, 'rb') as f:
-            self.assertEqual(bytes([90]) * units.Mi, f.read())
+        self.assertRaises(tools.ToolError, tools.qemu_io_prepare, opts,
+                          [(128 * units.Mi, 4096)])
+        self.assertGreaterEqual(tools.filefrag(path), 1)
 
     def test_check_direct_io(self):
-        self.assertIsNone(tools.check_direct_io(self.instances_path))
+        self.assertIsNone(tools.check_direct_io(self.instances_path, 512))
         self.assertEqual([], os.listdir(self.instances_path))
 
 
@@ -333,45 +444,61 @@ class VariantsTestCase(base.TestCase):
         self.addCleanup(disk.remove)
         return disk
 
-    def test_plugin_space_overlay(self):
+    def test_base_is_random_data(self):
+        with open(self.base, 'rb') as f:
+            data = f.read()
+        self.assertEqual(units.Mi, len(data))
+        # Random bytes: no 4 KiB block repeats another.
+        blocks = {data[i:i + 4096] for i in range(0, len(data), 4096)}
+        self.assertEqual(256, len(blocks))
+
+    def test_plugin_overlay_takes_its_layout_from_the_plan(self):
         disk = self.make(variants.PLUGIN_SPACE)
+        planned = variants.plan(variants.PLUGIN_SPACE, 64 * units.Mi,
+                                self.b.fs_facts())
         info = pb_fixtures.qemu_img_info(disk.path)
-        self.assertEqual('qcow2', info['format'])
-        self.assertTrue(info['format-specific']['data']['extended-l2'])
         self.assertEqual(self.base, info['backing-filename'])
+        self.assertEqual(planned.cluster_size, disk.cluster_size)
+        self.assertTrue(disk.extended_l2)
         self.assertGreaterEqual(disk.allocated, 64 * units.Mi)
-        self.assertEqual('native', disk.aio)
-        # QEMU's default cache covers 64 MiB: no <metadata_cache>.
-        self.assertIsNone(disk.cache_size)
-        self.assertEqual(128 * units.Ki, disk.cluster_size)
+        self.assertEqual(planned.needed_bytes,
+                         self.b.needed_bytes(variants.PLUGIN_SPACE,
+                                             64 * units.Mi))
+        # Whatever nova would tell libvirt, QEMU opens every variant alike.
+        self.assertIn('file.aio=native,cache.direct=on', disk.opts())
+
+    def test_opt_in_cluster_size(self):
+        asked = variants.PLUGIN_METADATA.with_cluster('512K')
+        self.assertEqual('plugin-metadata@512K', asked.key)
+        self.assertEqual(asked, variants.by_key('plugin-metadata@512K'))
+        disk = self.make(asked)
+        self.assertEqual(512 * units.Ki, disk.cluster_size)
 
     def test_nova_in_tree_space(self):
         disk = self.make(variants.NOVA_SPACE)
         info = pb_fixtures.qemu_img_info(disk.path)
         self.assertFalse(info['format-specific']['data'].get('extended-l2'))
+        self.assertEqual(64 * units.Ki, disk.cluster_size)
         # fallocate -n: blocks past the end of a small qcow2 file.
         self.assertLess(os.path.getsize(disk.path), units.Mi)
         self.assertGreaterEqual(disk.allocated, 64 * units.Mi)
         self.assertIsNone(disk.cache_size)
 
-    def test_nova_in_tree_none_and_raw_references(self):
-        nova = self.make(variants.NOVA_NONE)
-        self.assertLess(nova.allocated, units.Mi)
-        self.assertEqual('threads', nova.aio)
-        raw = self.make(variants.RAW_REF)
-        self.assertEqual(64 * units.Mi, raw.allocated)
+    def test_raw_references(self):
+        fallocated = self.make(variants.RAW_FALLOCATED)
+        self.assertEqual(64 * units.Mi, fallocated.allocated)
+        zero = self.make(variants.RAW_ZERO)
+        self.assertEqual(64 * units.Mi, zero.allocated)
+        # Written, not unwritten extents: filefrag -v flags none.
+        out = subprocess.run(['filefrag', '-v', zero.path],
+                             capture_output=True, text=True).stdout
+        self.assertNotIn('unwritten', out)
+        out = subprocess.run(['filefrag', '-v', fallocated.path],
+                             capture_output=True, text=True).stdout
+        self.assertIn('unwritten', out)
         sparse = self.make(variants.RAW_SPARSE)
         self.assertEqual(0, sparse.allocated)
         self.assertEqual(64 * units.Mi, os.path.getsize(sparse.path))
-
-    def test_raw_images_type(self):
-        thin = self.make(variants.PLUGIN_NONE, images_type='raw')
-        full = self.make(variants.PLUGIN_FULL, images_type='raw')
-        self.assertEqual('raw', thin.fmt)
-        self.assertLess(thin.allocated, 2 * units.Mi)
-        self.assertEqual(64 * units.Mi, full.allocated)
-        rc, out = pb_fixtures.qemu_img_compare(self.base, full.path)
-        self.assertEqual(0, rc, out)
 
     def test_overrides_are_cleared(self):
         with variants.overrides([('prealloc_backend', 'mode', 'full'),
@@ -387,7 +514,9 @@ class FakeWorkload(workloads.Workload):
     name = 'fake'
     title = 'Fake'
     unit = 'ops'
-    VARIANTS = (variants.RAW_REF, variants.NOVA_NONE, variants.PLUGIN_SPACE)
+    references = ('raw-fallocated',)
+    VARIANTS = (variants.RAW_FALLOCATED, variants.NOVA_NONE,
+                variants.PLUGIN_SPACE)
 
     def __init__(self):
         self.calls = []
@@ -424,67 +553,123 @@ class EngineTestCase(base.TestCase):
         fake, out = self.run_fake()
         # Each repetition visits every variant, starting one later; a case
         # that failed is not retried; a skipped one never measured.
-        self.assertEqual([('raw', 0), ('nova-none', 0), ('plugin-space', 0),
-                          ('plugin-space', 1), ('raw', 1),
-                          ('plugin-space', 2), ('raw', 2)], fake.calls)
+        self.assertEqual([('raw-fallocated', 0), ('nova-none', 0),
+                          ('plugin-space', 0),
+                          ('plugin-space', 1), ('raw-fallocated', 1),
+                          ('plugin-space', 2), ('raw-fallocated', 2)],
+                         fake.calls)
         rows = {row['variant']: row for row in out['cases']}
-        self.assertEqual([10.0, 20.0, 30.0], rows['raw']['samples'])
-        self.assertEqual(20.0, rows['raw']['median'])
-        self.assertEqual(1, rows['raw']['extra']['allocated']['median'])
+        self.assertEqual([10.0, 20.0, 30.0], rows['raw-fallocated'][
+            'samples'])
+        self.assertEqual(20.0, rows['raw-fallocated']['median'])
+        self.assertEqual(1, rows['raw-fallocated']['extra']['allocated'][
+            'median'])
+        # Rows keep one slot per repetition, so that pairing lines up.
+        self.assertEqual([None, None, None], rows['nova-none']['samples'])
+        self.assertEqual([None, None, None], rows['plugin-full']['samples'])
         self.assertIn('boom', rows['nova-none']['error'])
         self.assertEqual('no room', rows['plugin-full']['skip'])
         self.assertTrue(report.has_errors(result([out])))
+        report.add_ratios(out)
+        self.assertEqual([1.0, 1.0, 1.0], rows['plugin-space']['ratios'][
+            'raw-fallocated']['samples'])
 
-    def test_cannot_reserve(self):
-        with engine.Bench(self.instances_path, engine.QUICK) as bench:
-            why = bench.cannot_reserve(variants.RAW_REF, 64 * units.Ti)
-            self.assertIn('cannot be reserved here: needs 64 TiB', why)
-            self.assertIsNone(bench.cannot_reserve(variants.NOVA_NONE,
-                                                   64 * units.Ti))
-            self.assertIsNone(bench.cannot_reserve(variants.RAW_REF,
-                                                   units.Mi))
+    def test_a_run_too_short_to_time_is_not_shown(self):
+        fake = FakeWorkload()
+        real_measure = fake.measure
+
+        def measure(bench, case, rep):
+            if case.variant is variants.PLUGIN_SPACE and rep == 1:
+                raise tools.TooShort(['qemu-img'], 'the timed run took '
+                                     '0.0100 s, under 0.05 s')
+            return real_measure(bench, case, rep)
+
+        fake.measure = measure
+        config = dataclasses.replace(engine.QUICK, reps=3)
+        with engine.Bench(self.instances_path, config) as bench:
+            out = bench.run_workload(fake)
+        rows = {row['variant']: row for row in out['cases']}
+        space = rows['plugin-space']
+        # Its other repetitions are dropped too: no figure from a row with
+        # a run that could not be timed.
+        self.assertEqual([None, None, None], space['samples'])
+        self.assertIsNone(space['median'])
+        self.assertIsNone(space['error'])
+        self.assertEqual('not shown: the timed run took 0.0100 s, under '
+                         '0.05 s', space['skip'])
+        self.assertNotIn(('plugin-space', 2), fake.calls)
 
     def test_registry(self):
-        self.assertEqual(['seq-write', 'new-cluster-write', 'random-read',
-                          'create', 'extents'],
-                         list(workloads.REGISTRY)[:5])
+        self.assertEqual(['seq-write', 'new-cluster-write', 'dense-4k-qd1',
+                          'dense-4k-qd16', 'write-512', 'flush-4k',
+                          'random-read', 'create', 'extents'],
+                         list(workloads.REGISTRY)[:9])
         self.addCleanup(workloads.REGISTRY.pop, 'fake', None)
         workloads.register(FakeWorkload)
         self.assertIsInstance(workloads.instances()[-1], FakeWorkload)
 
 
-class SkipTestCase(base.TestCase):
-    """Sizes a small real filesystem cannot hold are skipped, each with a
-    line saying why, and the others are still measured.
-    """
+class WorkloadPlanTestCase(base.TestCase):
+    """The workloads' cases, from the plan, without measuring anything."""
 
-    def test_creation_on_a_small_filesystem(self):
-        fs = self.use_loop_fs('ext4', 256)
-        config = dataclasses.replace(engine.QUICK, reps=1,
-                                     create_sizes=(10 * units.Gi,),
-                                     small_base=units.Mi)
-        with engine.Bench(fs.path, config) as bench:
-            out = bench.run_workload(workloads.Creation())
-        rows = {row['variant']: row for row in out['cases']}
-        for key in ('raw', 'nova-space', 'plugin-space'):
-            self.assertIsNone(rows[key]['median'])
-            self.assertIn('cannot be reserved here: needs 10 GiB',
-                          rows[key]['skip'])
-        for key in ('nova-none', 'plugin-none', 'plugin-metadata'):
-            self.assertIsNone(rows[key]['skip'])
-            self.assertIsNone(rows[key]['error'])
-            self.assertEqual(1, len(rows[key]['samples']))
-        self.assertIn('not measured: full writes 10 GiB of zeros',
-                      rows['plugin-full']['skip'])
-        report.add_ratios(out)
-        text = '\n'.join(report.workload_lines(out, 4))
-        self.assertRegex(text, r'skipped: plugin space: cannot be reserved '
-                               r'here: needs 10 GiB, \d+ MiB free on %s'
-                         % fs.path)
-        self.assertNotIn('Traceback', text)
+    def _bench(self, config=engine.DEFAULT):
+        bench = engine.Bench(self.instances_path, config)
+        bench.__enter__()
+        self.addCleanup(bench.__exit__, None, None, None)
+        return bench
+
+    def test_every_cluster_size_the_policy_can_choose(self):
+        bench = self._bench()
+        w = workloads.NewClusterWrites()
+        groups = {}
+        for row in w.cases(bench):
+            groups.setdefault(row.group, []).append(row.variant.key)
+        # The default layout beside nova and every reference...
+        self.assertEqual({v.key for v in workloads.WRITE_VARIANTS},
+                         set(groups.pop(DEFAULT)))
+        # ... then every other size an operator can ask for, with raw
+        # fallocated measured in the same repetitions.
+        default = variants.plan(variants.PLUGIN_METADATA,
+                                bench.config.write_disk,
+                                bench.fs_facts()).cluster_size
+        self.assertEqual({'%s asked' % name for name, value in
+                          variants.policy.CLUSTER_SIZES.items()
+                          if value != default}, set(groups))
+        for group, keys in groups.items():
+            name = group.split()[0]
+            self.assertEqual(['raw-fallocated', 'plugin-metadata@' + name,
+                              'plugin-space@' + name], keys)
+        self.assertEqual(DEFAULT, w.default_groups(bench)[0])
+
+    def test_new_cluster_step_covers_the_cluster(self):
+        bench = self._bench()
+        w = workloads.NewClusterWrites()
+        default = workloads.default_cluster(bench, bench.config.write_disk)
+        self.assertEqual(max(default, 64 * units.Ki),
+                         w.step(bench, DEFAULT))
+        self.assertEqual(2 * units.Mi, w.step(bench, '2M asked'))
+        # Every write over backing data.
+        self.assertLessEqual(w.count(bench, '2M asked') * 2 * units.Mi,
+                             bench.config.write_base)
+
+    def test_too_few_writes_are_not_timed(self):
+        config = dataclasses.replace(engine.QUICK, write_base=64 * units.Mi,
+                                     write_disk=64 * units.Mi)
+        cases = workloads.NewClusterWrites().cases(self._bench(config))
+        skipped = [row for row in cases if row.group == '2M asked']
+        self.assertTrue(skipped)
+        for row in skipped:
+            self.assertIn('not measured in this run: 32 writes 2 MiB apart '
+                          'over 64 MiB of backing data are too few to time',
+                          row.skip)
 
 
 class CommandTestCase(base.TestCase):
+
+    def parse(self, argv):
+        parser = argparse.ArgumentParser()
+        cmd_bench.add_arguments(parser)
+        return parser.parse_args(argv)
 
     def test_plot_without_matplotlib_fails_before_running(self):
         # Simulates an environment without matplotlib (it may be
@@ -503,16 +688,34 @@ class CommandTestCase(base.TestCase):
         run.assert_not_called()
         self.assertIn('pip install matplotlib', err.getvalue())
 
+    def test_write_size(self):
+        self.assertEqual(512 * units.Mi,
+                         self.parse(['--write-size', '512M']).write_size)
+        self.assertEqual(4 * units.Gi,
+                         self.parse(['--write-size', '4GiB']).write_size)
+        err = io.StringIO()
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
+        self.assertRaises(SystemExit, self.parse, ['--write-size', '100K'])
+        self.assertIn('whole number of MiB', err.getvalue())
+
+    def test_bad_only_and_reps_fail_before_running(self):
+        err = io.StringIO()
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
+        # NOTE: Bench.run is replaced only to prove it is never reached.
+        with mock.patch.object(engine.Bench, 'run') as run:
+            self.assertEqual(2, cmd_bench.run(self.parse(
+                ['--dir', self.instances_path, '--only', 'seq-write,nope'])))
+            self.assertEqual(2, cmd_bench.run(self.parse(
+                ['--dir', self.instances_path, '--reps', '0'])))
+        run.assert_not_called()
+        self.assertIn('unknown workload(s) nope', err.getvalue())
+        self.assertIn('--reps must be at least 1', err.getvalue())
+
     def test_plot_renders_png(self):
         if plot.missing():
             self.skipTest('matplotlib is not installed')
         path = os.path.join(self.instances_path, 'bench.png')
-        plot.render(report.finalize(result([
-            workload('seq-write', [case('raw', 100.0),
-                                   case('plugin-space', 99.0)]),
-            workload('create', [case('plugin-metadata', 0.5, '10 GiB'),
-                                case('plugin-metadata', 1.5, '1 TiB')],
-                     unit='s', higher=False)])), path)
+        plot.render(report.finalize(result([writes('seq-write')])), path)
         with open(path, 'rb') as f:
             self.assertEqual(b'\x89PNG\r\n\x1a\n', f.read(8))
 
@@ -533,15 +736,18 @@ class CommandTestCase(base.TestCase):
         self.assertIn('choose another --dir', reason)
 
 
-class QuickRunTestCase(base.TestCase):
-    """The real command, end to end, as .ci/run runs it."""
+class CommandRunTestCase(base.TestCase):
+    """The real command, end to end, on one workload (``--quick`` itself
+    runs in .ci/run).
+    """
 
-    def test_quick_run(self):
+    def test_one_workload_paired(self):
         out_json = os.path.join(self.instances_path, 'bench.json')
         directory = os.path.join(self.instances_path, 'here')
         proc = subprocess.run(
             [sys.executable, '-m', 'prealloc_backend.cmd.main', 'bench',
-             '--quick', '--dir', directory, '--json', out_json],
+             '--quick', '--reps', '2', '--only', 'flush-4k',
+             '--write-size', '16M', '--dir', directory, '--json', out_json],
             capture_output=True, text=True, timeout=600)
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
         self.assertNotIn('Traceback', proc.stderr)
@@ -550,47 +756,29 @@ class QuickRunTestCase(base.TestCase):
         with open(out_json) as f:
             data = json.load(f)
         self.assertEqual(engine.SCHEMA_VERSION, data['schema'])
-        self.assertEqual('quick', data['run'])
-        self.assertIn('in-process', data['privsep'])
-        expected = {
-            'seq-write': workloads.WRITE_VARIANTS,
-            'new-cluster-write': workloads.WRITE_VARIANTS,
-            'random-read': workloads.RandomReads.VARIANTS,
-            'create': workloads.Creation.VARIANTS + (variants.PLUGIN_FULL,),
-            'extents': workloads.Extents.VARIANTS,
-        }
-        by_name = {w['name']: w for w in data['workloads']}
-        self.assertEqual(set(expected), set(by_name))
-        for name, wanted in expected.items():
-            w = by_name[name]
-            self.assertIsNone(w['error'], name)
-            self.assertTrue(w['engine'] and w['setup'])
-            self.assertEqual({v.key for v in wanted},
-                             {c['variant'] for c in w['cases']}, name)
-            measured = 0
-            for row in w['cases']:
-                self.assertIsNone(row['error'], (name, row))
-                if row['skip']:
-                    # A skipped row says why, and has no figure.
-                    self.assertGreater(len(row['skip']), 20)
-                    self.assertIsNone(row['median'])
-                    continue
-                measured += 1
-                self.assertEqual(data['config']['reps'],
-                                 len(row['samples']), (name, row))
-                self.assertGreater(row['median'], 0)
-                self.assertLessEqual(row['min'], row['median'])
-                self.assertLessEqual(row['median'], row['max'])
-            self.assertGreater(measured, 0, name)
-        for name in ('seq-write', 'new-cluster-write'):
-            for row in by_name[name]['cases']:
-                if row['median'] is not None:
-                    self.assertIn('nova-space', row['ratios'])
-                    self.assertIn('raw', row['ratios'])
-        self.assertEqual([t['id'] for t in report.TARGETS],
-                         [t['id'] for t in data['targets']])
+        self.assertEqual(2, data['config']['reps'])
+        self.assertEqual(('native', 'none'), (data['host']['aio'],
+                                              data['host']['cache']))
+        (w,) = data['workloads']
+        self.assertEqual('flush-4k', w['name'])
+        self.assertIn('--flush-interval=16', w['engine'])
+        self.assertEqual({v.key for v in workloads.WRITE_VARIANTS},
+                         {c['variant'] for c in w['cases']})
+        for row in w['cases']:
+            self.assertIsNone(row['error'], row)
+            self.assertIsNone(row['skip'], row)
+            self.assertEqual(2, len(row['samples']))
+            self.assertLessEqual(row['min'], row['median'])
+            self.assertLessEqual(row['median'], row['max'])
+        plugin_none = [c for c in w['cases']
+                       if c['variant'] == 'plugin-none'][0]
+        nova_none = [c for c in w['cases'] if c['variant'] == 'nova-none'][0]
+        paired = plugin_none['ratios']['nova-none']
+        self.assertEqual([a / b for a, b in zip(plugin_none['samples'],
+                                                nova_none['samples'])],
+                         paired['samples'])
+        names = [t['name'] for t in data['targets']]
+        self.assertIn('flush-4k: plugin none / stock nova (none)', names)
         for target in data['targets']:
             self.assertTrue(target['met'] is not None or target['why'])
-        for w in data['workloads']:
-            self.assertIn(w['title'], proc.stdout)
-        self.assertIn('Targets (issue 4', proc.stdout)
+        self.assertIn('Targets (issue 14', proc.stdout)

@@ -19,10 +19,10 @@ and in tests/functional/real; here the workload's own logic.
 import fixtures
 
 from prealloc_backend.bench import engine
+from prealloc_backend.bench import guest
 from prealloc_backend.bench import guest_writes
 from prealloc_backend.bench import workloads
 from prealloc_backend.cmd import bench as cmd_bench
-from prealloc_backend import guest
 from tests import base
 
 
@@ -41,7 +41,7 @@ class GuestWritesTestCase(base.TestCase):
         self.assertEqual(len(workloads.WRITE_VARIANTS), len(rows))
         for row in rows:
             self.assertIn('no kernel image found', row['skip'])
-            self.assertEqual([], row['samples'])
+            self.assertEqual([None], row['samples'])
         self.assertIn('accelerator: none', out['engine'])
 
     def test_write_size_fits_the_disk(self):
@@ -60,3 +60,48 @@ class GuestWritesTestCase(base.TestCase):
         self.assertFalse(parser.parse_args([]).guest)
         self.assertNotIn(guest_writes.GuestWrites.name,
                          [w.name for w in workloads.instances()])
+
+
+class AcceleratorTestCase(base.TestCase):
+    """KVM where /dev/kvm is offered, TCG only where it is not.
+
+    NOTE: /dev/kvm cannot be taken away from or given to this host for a
+    test, nor a KVM guest made to hang on demand: kvm_usable() and the
+    probe boot are replaced, the rule itself is what runs.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.useFixture(fixtures.MockPatchObject(guest, '_kvm_boots', {}))
+        self.guest = guest.Guest(kernel='/k', initramfs='/i', release='r')
+
+    def test_tcg_only_where_kvm_is_not_offered(self):
+        self.useFixture(fixtures.MockPatchObject(guest, 'kvm_usable',
+                                                 return_value=False))
+        probe = self.useFixture(fixtures.MockPatchObject(guest,
+                                                         '_probe_boot'))
+        self.assertEqual('tcg', guest.accelerator(guest=self.guest))
+        probe.mock.assert_not_called()
+
+    def test_kvm_where_offered(self):
+        self.useFixture(fixtures.MockPatchObject(guest, 'kvm_usable',
+                                                 return_value=True))
+        self.useFixture(fixtures.MockPatchObject(guest, '_probe_boot',
+                                                 return_value=True))
+        self.assertEqual('kvm', guest.accelerator(guest=self.guest))
+
+    def test_offered_kvm_that_does_not_boot_is_an_error_not_tcg(self):
+        self.useFixture(fixtures.MockPatchObject(guest, 'kvm_usable',
+                                                 return_value=True))
+        probe = self.useFixture(fixtures.MockPatchObject(
+            guest, '_probe_boot', return_value=False))
+        for _ in range(2):
+            exc = self.assertRaises(guest.GuestError, guest.accelerator,
+                                    guest=self.guest)
+            self.assertIn('/dev/kvm is offered but the guest does not boot '
+                          'under KVM', str(exc))
+        # One probe per guest and process.
+        self.assertEqual(1, probe.mock.call_count)
+        # TCG stays available to whoever asks for it explicitly.
+        self.assertEqual('tcg', guest.accelerator(prefer_kvm=False,
+                                                  guest=self.guest))

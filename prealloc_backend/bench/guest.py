@@ -26,9 +26,13 @@ tells ``/init`` what to do with the first virtio disk:
   can prove the guest sees the image's data) and the kernel's boot_id (so
   a test can tell one boot from the next), then stay up.
 
-Two runners: plain ``qemu-system-x86_64`` (KVM when /dev/kvm works, TCG
-otherwise) and libvirt (a transient domain through ``virsh``). Both return
-a :class:`WriteResult` naming the accelerator used. Nothing here has a
+It belongs to the benchmark (``prealloc-backend bench --guest``) and the
+real-hypervisor tests, never to what nova-compute imports.
+
+Two runners: plain ``qemu-system-x86_64`` (KVM where /dev/kvm is offered,
+TCG only where it is not; see :func:`accelerator`) and libvirt (a transient
+domain through ``virsh``). Both return a :class:`WriteResult` naming the
+accelerator used. Nothing here has a
 command line: ``prealloc-backend bench`` and the real-hypervisor tests call
 these functions.
 """
@@ -219,14 +223,16 @@ def kvm_usable():
 
 
 def accelerator(prefer_kvm=True, guest=None):
-    """``kvm`` when asked for and a guest really boots under it, else
-    ``tcg``.
+    """``kvm`` where /dev/kvm is offered (it opens and answers
+    KVM_GET_API_VERSION), ``tcg`` only where it is not (or when
+    ``prefer_kvm`` is False).
 
-    /dev/kvm answering is not enough: under some nested hypervisors KVM
-    opens and then the guest hangs in its first instructions (seen: an
-    AMD EPYC host whose guests stop after "Probing EDD"). The probe boots
-    the guest once (with a short timeout) and the verdict is kept for the
-    process.
+    Where KVM is offered but the guest does not boot under it (seen: an AMD
+    EPYC nested virtual machine whose KVM guests stop after "Probing EDD"),
+    this raises GuestError instead of falling back to TCG: TCG on a host
+    that offers KVM would time QEMU's CPU emulation, not the disk, and the
+    figures would pass for KVM ones. The probe boots the guest once (short
+    timeout); the verdict is kept for the process.
     """
     if not prefer_kvm or not kvm_usable():
         return ACCEL_TCG
@@ -234,11 +240,13 @@ def accelerator(prefer_kvm=True, guest=None):
     key = (guest.kernel, guest.initramfs)
     if key not in _kvm_boots:
         _kvm_boots[key] = _probe_boot(guest, ACCEL_KVM)
-        if not _kvm_boots[key]:
-            LOG.warning('/dev/kvm is present but the guest does not boot '
-                        'under KVM within %d s: using TCG',
-                        PROBE_TIMEOUT)
-    return ACCEL_KVM if _kvm_boots[key] else ACCEL_TCG
+    if not _kvm_boots[key]:
+        raise GuestError(
+            '/dev/kvm is offered but the guest does not boot under KVM '
+            'within %d s; in-guest figures are not measured (TCG on a host '
+            'that offers KVM would time CPU emulation, not the disk)'
+            % PROBE_TIMEOUT)
+    return ACCEL_KVM
 
 
 def _probe_boot(guest, accel):
