@@ -41,8 +41,12 @@ from nova.compute import task_states
 from nova import exception as nova_exception
 from nova import objects
 from nova import utils as nova_utils
+from nova.virt.disk import api as disk_api
+from nova.virt.disk.mount import api as mount
+from nova.virt.image import model as imgmodel
 from nova.virt import images
 from nova.virt.libvirt import imagebackend
+from oslo_concurrency import processutils
 from oslo_log import log as logging
 from oslo_utils import fileutils
 from oslo_utils.imageutils import format_inspector
@@ -53,6 +57,7 @@ from prealloc_backend import exception
 from prealloc_backend import fileops
 from prealloc_backend import fsprobe
 from prealloc_backend import guestxml
+from prealloc_backend import journal
 from prealloc_backend import modes
 from prealloc_backend import policy
 import prealloc_backend.privsep.fs
@@ -61,10 +66,9 @@ from prealloc_backend import qemu
 LOG = logging.getLogger(__name__)
 CONF = conf.CONF
 
-# Beside a disk while the plugin makes or grows it; see _Journal.
-JOURNAL_SUFFIX = '.prealloc-journal'
-# A qcow2 overlay is created under this name and renamed when complete.
-TMP_SUFFIX = '.prealloc-tmp'
+JOURNAL_SUFFIX = journal.JOURNAL_SUFFIX
+TMP_SUFFIX = journal.TMP_SUFFIX
+_Journal = journal.Journal
 # Bytes zero-filled per privileged call: progress, timeout and cancellation
 # are checked between calls.
 ZERO_FILL_CALL_BYTES = 256 * units.Mi
@@ -76,10 +80,20 @@ _not_applied_logged = set()
 
 
 def _extra_specs(instance):
-    """The instance's flavor extra specs; {} when there is no instance."""
+    """The instance's flavor extra specs; {} when there is no instance.
+
+    NOTE: read only when the caller loaded the flavor
+    (``obj_attr_is_set``): reading ``instance.flavor`` otherwise makes
+    nova lazy-load it from the database, which fails with
+    OrphanedObjectError on an instance without a context. Every nova path
+    that creates or grows a disk (spawn, rebuild, unshelve, resize,
+    migration, hard reboot, rescue) passes an instance with its flavor.
+    """
     if instance is None:
         return {}
     try:
+        if not instance.obj_attr_is_set('flavor'):
+            return {}
         return dict(instance.flavor.extra_specs or {})
     except (AttributeError, NotImplementedError,
             nova_exception.ObjectActionError):
@@ -130,100 +144,97 @@ def _flushed(fetch_func):
     return fetch
 
 
-class _Journal:
-    """A small JSON file beside a disk while the plugin makes or grows it.
-
-    It records whether the disk existed before. If nova-compute dies (or the
-    work is killed) before the journal is removed, the next attempt on the
-    same disk finds it: a disk this plugin was *creating* is removed (it may
-    be half-made), a disk that existed before is kept (its data is intact;
-    the allocation is simply done again).
-    """
-
-    def __init__(self, path):
-        self.disk = path
-        self.path = path + JOURNAL_SUFFIX
-
-    def recover(self):
-        fileutils.delete_if_exists(self.path + '.part')
-        if not os.path.exists(self.path):
-            fileutils.delete_if_exists(self.disk + TMP_SUFFIX)
-            return
-        try:
-            with open(self.path) as f:
-                created = bool(json.load(f).get('created'))
-        except (OSError, ValueError, AttributeError):
-            # NOTE: begin() completes (written, fsynced, renamed) before
-            # the work on the disk starts, so an unreadable journal means a
-            # crash inside begin(): whatever disk is there was not made by
-            # this plugin (it may hold a guest's data). Keep it.
-            LOG.warning('Unreadable journal %(journal)s: keeping %(disk)s',
-                        {'journal': self.path, 'disk': self.disk})
-            created = False
-        if created and os.path.exists(self.disk):
-            LOG.warning('Removing %(disk)s: its creation was interrupted '
-                        '(journal %(journal)s found); it will be created '
-                        'again', {'disk': self.disk, 'journal': self.path})
-            fileutils.delete_if_exists(self.disk)
-        fileutils.delete_if_exists(self.disk + TMP_SUFFIX)
-        fileutils.delete_if_exists(self.path)
-
-    def begin(self, created):
-        # Written aside and renamed: a journal is complete or absent.
-        partial = self.path + '.part'
-        with open(partial, 'w') as f:
-            json.dump({'created': created, 'pid': os.getpid(),
-                       'time': time.time()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(partial, self.path)
-        directory = os.open(os.path.dirname(self.path) or '.', os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-
-    def end(self):
-        fileutils.delete_if_exists(self.path)
-
-
 class _PreallocImage:
     """What Flat and Qcow2 share: the mode, the journal, the guest XML."""
 
     def _init_prealloc(self, instance):
+        # Records its arguments only, as nova's constructors do: the
+        # flavor is read and the plan made when a disk is created or
+        # grown (see cache()), never here.
         self._prealloc_instance = instance
-        self._prealloc_mode = None
+        self._extra = None
         # nova's Image.cache() runs 'fallocate -n' on every sized call when
         # this is set: never on our disks, which we allocate ourselves.
         self.preallocate = False
-        # As nova does for preallocate_images=space (it turns 'native' back
-        # into 'threads' when the cache mode needs it).
-        try:
-            preallocates = self.prealloc_mode.preallocates
-        except exception.PreallocError:
-            preallocates = False  # reported when a disk is made
-        self.driver_io = 'native' if preallocates else None
 
     @property
     def prealloc_mode(self):
-        if self._prealloc_mode is None:
-            self._prealloc_mode = modes.instance_mode(
-                CONF, _extra_specs(self._prealloc_instance))
-        return self._prealloc_mode
+        """The mode of this disk's current operation."""
+        return policy.disk_mode(self._extra_specs(), modes.host_mode(CONF))
+
+    def _extra_specs(self):
+        if self._extra is None:
+            self._extra = _extra_specs(self._prealloc_instance)
+        return self._extra
 
     @property
     def _opts(self):
         return CONF.prealloc_backend
 
-    def _fallocate_ok(self):
-        return fsprobe.supports_fallocate(os.path.dirname(self.path))
+    def _plan(self, fmt, virtual_size, existing=None, backing=True):
+        """The disk plan of this operation (the flavor read once per
+        cache() call); probes the filesystem unless the mode is none.
+        """
+        mode = self.prealloc_mode
+        fs = None
+        if mode is not modes.Mode.NONE:
+            fs = fsprobe.facts(os.path.dirname(self.path))
+        plan = policy.make_plan(self._opts, self._extra_specs(), mode, fmt,
+                                virtual_size, fs, backing=backing,
+                                existing=existing, path=self.path)
+        if plan.warning:
+            LOG.warning('%(path)s: %(warning)s',
+                        {'path': self.path, 'warning': plan.warning})
+        if not plan.fits:
+            raise exception.InsufficientDiskSpace(
+                path=self.path, needed=plan.to_allocate,
+                free=fs.free_bytes, directory=os.path.dirname(self.path))
+        return plan
 
-    def _fstype(self):
-        return fsprobe.fs_type(self.path)
+    def _existing(self, fmt):
+        """The ExistingDisk of this raw file as it is now."""
+        st = os.stat(self.path)
+        return policy.ExistingDisk(allocated_bytes=st.st_blocks * 512,
+                                   virtual_size=st.st_size)
+
+    def _existing_qcow2(self):
+        """(ExistingDisk, qemu-img info) of this qcow2 disk as it is now."""
+        st = os.stat(self.path)
+        info = qemu.info(self.path, 'qcow2')
+        data = info.get('format-specific', {}).get('data', {})
+        return policy.ExistingDisk(
+            allocated_bytes=st.st_blocks * 512,
+            virtual_size=info['virtual-size'],
+            cluster_size=info.get('cluster-size'),
+            extended_l2=bool(data.get('extended-l2', False))), info
+
+    def _real_format(self):
+        """The disk's format read from its header, not from driver_format.
+
+        NOTE: a disk copied from a host whose disks are raw reaches a
+        qcow2 host's Qcow2 object still raw (finish_migration converts it
+        only after resize_image). nova's disk.info record wins over the
+        header when it says raw: a guest can write a qcow2 header at the
+        start of a raw disk.
+        """
+        inspector = format_inspector.detect_file_format(self.path)
+        found = str(inspector) if inspector is not None else 'raw'
+        if found == 'qcow2' and self._disk_info_format() == 'raw':
+            return policy.DiskFormat.RAW
+        return (policy.DiskFormat.QCOW2 if found == 'qcow2'
+                else policy.DiskFormat.RAW)
+
+    def _disk_info_format(self):
+        try:
+            with open(self.disk_info_path) as f:
+                return json.loads(f.read() or '{}').get(self.path)
+        except (OSError, TypeError, ValueError, AttributeError):
+            return None
 
     def cache(self, fetch_func, filename, size=None, safe=False, *args,
               **kwargs):
         fileutils.ensure_tree(os.path.dirname(self.path))
+        self._extra = None  # read the flavor once for this operation
         journal = _Journal(self.path)
         journal.recover()
         created = not self.exists()
@@ -233,7 +244,7 @@ class _PreallocImage:
         try:
             super().cache(_flushed(fetch_func), filename, size, safe, *args,
                           **kwargs)
-            self._allocate_existing()
+            self._allocate_existing(created)
         except BaseException:
             if created and self.exists():
                 LOG.warning('Removing %(path)s: creating it failed',
@@ -247,34 +258,31 @@ class _PreallocImage:
     def _check_space_for_new_disk(self, size):
         """Hook: fail early when a disk about to be made cannot fit."""
 
-    def _allocate_existing(self):
+    def _allocate_existing(self, created):
         """Hook: allocate the blocks of the disk as it now is."""
 
-    def _raw_plan(self):
-        return policy.raw_plan(self.prealloc_mode, self._fallocate_ok(),
-                               self._opts.fallocate_unsupported, self.path,
-                               self._fstype())
-
-    def _allocate_file(self):
+    def _allocate_file(self, created):
         """Allocate every block of the file as it is now (holes only):
-        fallocate, or zero-fill, as the mode and the filesystem say.
+        fallocate, or zero-fill, as the plan says. A disk that existed
+        before is planned as such: never failed for space, left thin.
         """
-        plan = self._raw_plan()
-        if plan.warning:
-            LOG.warning('%(path)s: %(warning)s',
-                        {'path': self.path, 'warning': plan.warning})
-        if plan.action == policy.RAW_NOTHING:
+        existing = (None if created else
+                    self._existing(policy.DiskFormat.RAW))
+        size = os.stat(self.path).st_size
+        plan = self._plan(policy.DiskFormat.RAW, size, existing=existing)
+        if plan.raw_action in (None, policy.RawAction.NOTHING):
             return
         st = os.stat(self.path)
-        size = st.st_size
         # NOTE: st_blocks, not SEEK_HOLE: blocks reserved by fallocate are
         # unwritten extents that SEEK_HOLE may report as holes, and a disk
         # allocated long ago must not fail a hard reboot on a full host.
         unallocated = max(0, size - st.st_blocks * 512)
-        if not unallocated and plan.action == policy.RAW_FALLOCATE:
+        if not unallocated and plan.raw_action is policy.RawAction.FALLOCATE:
             return
-        fsprobe.check_free_space(self.path, unallocated)
-        if plan.action == policy.RAW_FALLOCATE:
+        if created:
+            fsprobe.check_free_space(self.path, unallocated)
+        action = plan.raw_action
+        if action is policy.RawAction.FALLOCATE:
             try:
                 _privileged(prealloc_backend.privsep.fs.fallocate_range,
                             self.path, 0, size)
@@ -288,11 +296,9 @@ class _PreallocImage:
                     raise exception.AllocationFailed(path=self.path,
                                                      reason=str(exc))
                 fsprobe.record_unsupported(os.path.dirname(self.path))
-                plan = self._raw_plan()
-                if plan.warning:
-                    LOG.warning('%(path)s: %(warning)s',
-                                {'path': self.path, 'warning': plan.warning})
-                if plan.action != policy.RAW_ZERO_FILL:
+                plan = self._plan(policy.DiskFormat.RAW, size,
+                                  existing=existing)
+                if plan.raw_action is not policy.RawAction.ZERO_FILL:
                     return
         self._zero_fill(size)
 
@@ -348,37 +354,33 @@ class _PreallocImage:
                  '%(secs).1f s', {'path': self.path, 'written': written,
                                   'secs': time.monotonic() - started})
 
+    def _grow(self, size):
+        """Grow the disk to ``size`` in its real format (raw or qcow2,
+        whatever driver_format says), preallocating as planned; then the
+        guest filesystem where nova would resize it.
+        """
+        if self._real_format() is policy.DiskFormat.RAW:
+            # nova's own growth of a raw file (qemu-img resize -f raw,
+            # resize2fs); its blocks are allocated after cache().
+            disk_api.extend(
+                imgmodel.LocalFileImage(self.path, imgmodel.FORMAT_RAW),
+                size)
+            return
+        if self._grow_qcow2(size) and CONF.resize_fs_using_block_device:
+            _resize_fs_like_nova(self.path)
+
     def _grow_qcow2(self, size):
         """Grow a qcow2 file to ``size``, preallocating the new area."""
-        info = qemu.info(self.path, 'qcow2')
-        current = info['virtual-size']
-        if size <= current:
+        existing, info = self._existing_qcow2()
+        if size <= existing.virtual_size:
             return False
-        mode = self.prealloc_mode
-        preallocation = policy.QEMU_PREALLOCATION[mode]
-        if mode is modes.Mode.SPACE and not self._fallocate_ok():
-            preallocation = policy.qcow2_overlay_layout(
-                mode, size, True, '128K', False,
-                self._opts.fallocate_unsupported, self.path,
-                self._fstype()).preallocation
-        data = info.get('format-specific', {}).get('data', {})
-        extended_l2 = bool(data.get('extended-l2', False))
-        if (preallocation != 'off' and info.get('backing-filename') and
-                not extended_l2):
-            LOG.warning('Growing %(path)s without preallocation: it has a '
-                        'backing file but no extended_l2 (made before this '
-                        'plugin), and QEMU cannot preallocate such a '
-                        'disk', {'path': self.path})
-            preallocation = 'off'
-        cluster = info.get('cluster-size') or policy.MIN_CLUSTER
-        needed = (qemu.measure(size, preallocation, cluster, extended_l2) -
-                  qemu.measure(current, preallocation, cluster, extended_l2))
-        fsprobe.check_free_space(self.path, max(needed, 0))
+        plan = self._plan(policy.DiskFormat.QCOW2, size, existing=existing,
+                          backing=bool(info.get('backing-filename')))
         LOG.info('Growing %(path)s from %(old)d to %(new)d bytes with '
                  'preallocation=%(prealloc)s',
-                 {'path': self.path, 'old': current, 'new': size,
-                  'prealloc': preallocation})
-        qemu.resize(self.path, 'qcow2', size, preallocation,
+                 {'path': self.path, 'old': existing.virtual_size,
+                  'new': size, 'prealloc': plan.preallocation.value})
+        qemu.resize(self.path, 'qcow2', size, plan.preallocation,
                     timeout=self._opts.allocation_timeout)
         grown = qemu.info(self.path, 'qcow2')['virtual-size']
         if grown < size:
@@ -386,35 +388,60 @@ class _PreallocImage:
                 cmd='qemu-img resize', reason='it reported success but the '
                 'virtual size is %d, not %d' % (grown, size),
                 output=self.path)
-        if CONF.resize_fs_using_block_device:
-            LOG.warning('%(path)s grown with preallocation; its filesystem '
-                        'is not resized ([DEFAULT] '
-                        'resize_fs_using_block_device is not supported by '
-                        'prealloc_backend)', {'path': self.path})
         return True
 
     def libvirt_info(self, cache_mode, extra_specs, boot_order=None,
                      disk_unit=None):
+        # extra_specs: the flavor's, which nova passes here.
+        mode = policy.disk_mode(extra_specs, modes.host_mode(CONF))
+        # As nova does for preallocate_images=space (it turns 'native'
+        # back into 'threads' when the cache mode needs it).
+        self.driver_io = 'native' if mode.preallocates else None
         info = super().libvirt_info(cache_mode, extra_specs,
                                     boot_order=boot_order,
                                     disk_unit=disk_unit)
-        if (self.driver_format != 'qcow2' or
+        if (mode is modes.Mode.NONE or self.driver_format != 'qcow2' or
                 self._opts.qcow2_l2_cache != 'full-coverage' or
                 not os.path.exists(self.path)):
             return info
         try:
-            qinfo = qemu.info(self.path, 'qcow2')
+            existing, qinfo = self._existing_qcow2()
         except exception.PreallocError as exc:
             LOG.warning('No <metadata_cache> for %(path)s: %(err)s',
                         {'path': self.path, 'err': exc})
             return info
-        data = qinfo.get('format-specific', {}).get('data', {})
         max_size = policy.metadata_cache_for(
-            self._opts, qinfo['virtual-size'], qinfo.get('cluster-size'),
-            bool(data.get('extended-l2', False)))
+            self._opts, existing.virtual_size, existing.cluster_size,
+            existing.extended_l2)
         if max_size:
             info = guestxml.with_metadata_cache(info, max_size)
         return info
+
+
+def _resize_fs_like_nova(path):
+    """Resize the filesystem of a grown qcow2 disk as nova's disk.api.extend
+    does with ``[DEFAULT] resize_fs_using_block_device = True``.
+
+    NOTE: nova 34's extend() runs 'qemu-img resize' and then, for qcow2
+    only when that option is set, resize2fs on the disk mounted through
+    nbd (errors logged at debug level). It does nothing when the disk is
+    already at its size, which is how the plugin leaves it: so the plugin
+    runs that step itself, with nova's own helpers.
+    """
+    image = imgmodel.LocalFileImage(path, imgmodel.FORMAT_QCOW2)
+    if not disk_api.is_image_extendable(image):
+        return
+    mounter = mount.Mount.instance_for_format(image, None, None)
+    if not mounter.get_dev():
+        return
+    try:
+        disk_api.resize2fs(mounter.device, run_as_root=True,
+                           check_exit_code=[0])
+    except processutils.ProcessExecutionError as exc:
+        LOG.debug('Resizing the file system with resize2fs has failed with '
+                  'error: %s', exc)
+    finally:
+        mounter.unget_dev()
 
 
 class Flat(_PreallocImage, imagebackend.Flat):
@@ -432,9 +459,8 @@ class Flat(_PreallocImage, imagebackend.Flat):
     def _check_space_for_new_disk(self, size):
         if not size or not self._is_instance_disk():
             return
-        if self.prealloc_mode in (modes.Mode.SPACE, modes.Mode.FULL):
-            # Worst case: every byte of the disk ends up allocated.
-            fsprobe.check_free_space(self.path, size)
+        # Worst case: every byte of the disk ends up allocated.
+        self._plan(policy.DiskFormat.RAW, size)
 
     def resize_image(self, size):
         # NOTE: right after nova's copy of the base, driver_format still
@@ -443,14 +469,16 @@ class Flat(_PreallocImage, imagebackend.Flat):
         # file as raw data, after which a preallocating qcow2 grow fails.
         self.correct_format()
         if self.driver_format == 'qcow2':
-            self._grow_qcow2(size)
-        super().resize_image(size)
+            self._grow(size)
+        else:
+            super().resize_image(size)
 
-    def _allocate_existing(self):
+    def _allocate_existing(self, created):
         if (not self._is_instance_disk() or self.driver_format != 'raw' or
-                not self.exists()):
+                not self.exists() or
+                self.prealloc_mode is modes.Mode.NONE):
             return
-        self._allocate_file()
+        self._allocate_file(created)
 
 
 class Qcow2(_PreallocImage, imagebackend.Qcow2):
@@ -464,9 +492,10 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
 
     def create_image(self, prepare_template, base, size, safe=False, *args,
                      **kwargs):
-        if self.exists():
-            # Nothing to create: nova's code only re-creates a legacy
-            # '_<size>' backing file for an existing overlay here.
+        if self.exists() or self.prealloc_mode is modes.Mode.NONE:
+            # An existing disk: nova's code only re-creates a legacy
+            # '_<size>' backing file here. Mode none: nova's own overlay
+            # (see policy._none_plan).
             return super().create_image(prepare_template, base, size, safe,
                                         *args, **kwargs)
         if not os.path.exists(base):
@@ -475,17 +504,7 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
         imagebackend._update_utime_ignore_eacces(base)
         self.verify_base_size(base, size)
         virtual_size = max(size or 0, base_info.virtual_size)
-        layout = policy.qcow2_overlay_layout(
-            self.prealloc_mode, virtual_size, self._opts.qcow2_extended_l2,
-            self._opts.qcow2_cluster_size, self._fallocate_ok(),
-            self._opts.fallocate_unsupported, self.path, self._fstype())
-        if layout.warning:
-            LOG.warning('%(path)s: %(warning)s',
-                        {'path': self.path, 'warning': layout.warning})
-        needed = policy.qcow2_needed_bytes(
-            virtual_size, policy.Qcow2Preallocation(layout.preallocation),
-            layout.cluster_size, layout.extended_l2)
-        fsprobe.check_free_space(self.path, needed)
+        plan = self._plan(policy.DiskFormat.QCOW2, virtual_size)
         tmp = self.path + TMP_SUFFIX
 
         @nova_utils.synchronized(self._get_lock_name(base), external=True,
@@ -494,23 +513,31 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
             started = time.monotonic()
             with fileutils.remove_path_on_error(tmp):
                 qemu.create_overlay(tmp, virtual_size, base,
-                                    base_info.file_format, layout,
+                                    base_info.file_format, plan,
                                     timeout=self._opts.allocation_timeout)
-                qemu.check_overlay(tmp, virtual_size, base, layout)
+                qemu.check_overlay(tmp, virtual_size, base, plan)
                 os.rename(tmp, self.path)
             LOG.info('Created %(path)s: qcow2 overlay of %(base)s, '
                      '%(size)d bytes, preallocation=%(prealloc)s, '
                      'cluster_size=%(cluster)d, extended_l2=%(ext)s in '
                      '%(secs).2f s',
                      {'path': self.path, 'base': base, 'size': virtual_size,
-                      'prealloc': layout.preallocation,
-                      'cluster': layout.cluster_size,
-                      'ext': layout.extended_l2,
+                      'prealloc': plan.preallocation.value,
+                      'cluster': plan.cluster_size,
+                      'ext': plan.extended_l2,
                       'secs': time.monotonic() - started})
 
         create_overlay()
 
-    def _allocate_existing(self):
+    def _allocate_existing(self, created):
+        if not self.exists() or created:
+            return
+        if self._real_format() is policy.DiskFormat.RAW:
+            # A raw disk in a qcow2 instance (a migration from a raw host,
+            # before nova converts it): allocated as a raw file.
+            if self.prealloc_mode is not modes.Mode.NONE:
+                self._allocate_file(created)
+            return
         # NOTE: nova copies the disks of a resized or cold-migrated
         # instance with 'cp -r' (same host or shared storage) or 'rsync
         # --sparse': the blocks preallocation=falloc reserved come out as
@@ -518,9 +545,8 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
         # under real libvirt: a 1 GiB space overlay resized to 2 GiB kept
         # only the new GiB allocated). Reserve the file's blocks again as
         # for a raw file; a disk this plugin just made has no holes.
-        if (self.exists() and
-                self.prealloc_mode in (modes.Mode.SPACE, modes.Mode.FULL)):
-            self._allocate_file()
+        if self.prealloc_mode in (modes.Mode.SPACE, modes.Mode.FULL):
+            self._allocate_file(created)
 
     @staticmethod
     def _checked_base(base, safe):
@@ -550,10 +576,9 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
         return base_info
 
     def resize_image(self, size):
-        self._grow_qcow2(size)
-        # Only resizes the guest filesystem where nova would (it finds the
-        # disk already at its size).
-        super().resize_image(size)
+        # Format-aware: a raw file (from a raw host) grows as raw, never
+        # 'qemu-img resize -f qcow2' on it (nova 34 fails there).
+        self._grow(size)
 
 
 class Backend(imagebackend.Backend):

@@ -26,6 +26,7 @@ from oslo_log import log as logging
 
 from prealloc_backend import exception
 from prealloc_backend import fileops
+from prealloc_backend import policy
 
 LOG = logging.getLogger(__name__)
 
@@ -114,6 +115,15 @@ def free_bytes(directory):
     """Bytes an unprivileged process may still allocate there."""
     vfs = os.statvfs(directory)
     return vfs.f_bavail * vfs.f_frsize
+
+
+def facts(directory):
+    """The FsFacts of the filesystem holding ``directory`` (probed once
+    per filesystem for fallocate(2); free space read now).
+    """
+    return policy.FsFacts(fallocate_ok=supports_fallocate(directory),
+                          fstype=fs_type(directory),
+                          free_bytes=free_bytes(directory))
 
 
 def check_free_space(path, needed):

@@ -130,14 +130,22 @@ def measure(size, preallocation, cluster_size, extended_l2):
     return 0
 
 
+def _prealloc(value):
+    """A preallocation as qemu-img's string (Qcow2Preallocation or str)."""
+    return getattr(value, 'value', value)
+
+
 def create_overlay(path, size, backing_file, backing_fmt, layout,
                    timeout=None):
-    """Create a qcow2 overlay of ``backing_file`` with ``layout``."""
+    """Create a qcow2 overlay of ``backing_file`` with ``layout`` (a
+    DiskPlan: preallocation, cluster_size, extended_l2).
+    """
+    preallocation = _prealloc(layout.preallocation)
     opts = ['backing_file=%s' % backing_file,
             'backing_fmt=%s' % backing_fmt,
             'cluster_size=%d' % layout.cluster_size,
             'extended_l2=%s' % ('on' if layout.extended_l2 else 'off'),
-            'preallocation=%s' % layout.preallocation]
+            'preallocation=%s' % preallocation]
     for value in (backing_file, backing_fmt):
         if ',' in value:
             # qemu-img's option syntax would need ',,' escaping; nova's
@@ -147,7 +155,7 @@ def create_overlay(path, size, backing_file, backing_fmt, layout,
                 path=path, reason='backing file option %r contains a comma'
                                   % value)
     execute('create', '-f', 'qcow2', '-o', ','.join(opts), path, size,
-            heavy=layout.preallocation in HEAVY_PREALLOCATION,
+            heavy=preallocation in HEAVY_PREALLOCATION,
             timeout=timeout, path=path)
 
 
@@ -173,6 +181,7 @@ def check_overlay(path, size, backing_file, layout):
 
 def resize(path, fmt, size, preallocation='off', timeout=None):
     """Grow ``path`` to ``size`` bytes, preallocating the new area."""
+    preallocation = _prealloc(preallocation)
     args = ['resize', '-f', fmt]
     if preallocation != 'off':
         args.append('--preallocation=%s' % preallocation)

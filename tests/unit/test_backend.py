@@ -28,6 +28,7 @@ from lxml import etree
 from nova import objects
 from nova.virt.libvirt import imagebackend
 from oslo_utils import units
+from oslo_utils import uuidutils
 import testscenarios
 
 from prealloc_backend import backend
@@ -98,8 +99,12 @@ class TestQcow2Overlay(BackendTestCase):
         self.assertEqual('qcow2', info['format'])
         self.assertEqual(DISK, info['virtual-size'])
         self.assertEqual(base_path, info['backing-filename'])
-        self.assertTrue(info['format-specific']['data']['extended-l2'])
-        self.assertEqual(128 * units.Ki, info['cluster-size'])
+        # Mode none: nova's own overlay (QEMU's 64K, no extended_l2).
+        none = self.mode == 'none'
+        self.assertEqual(not none,
+                         info['format-specific']['data']['extended-l2'])
+        self.assertEqual(64 * units.Ki if none else 128 * units.Ki,
+                         info['cluster-size'])
         alloc = pb_fixtures.allocated(img.path)
         self.assertGreaterEqual(alloc, self.min_alloc)
         self.assertLessEqual(alloc, self.max_alloc)
@@ -108,8 +113,8 @@ class TestQcow2Overlay(BackendTestCase):
         self.assert_no_leftovers(img.path)
         # nova's 'fallocate -n' step is off: a metadata overlay stays small.
         self.assertFalse(img.preallocate)
-        self.assertEqual(None if self.mode == 'none' else 'native',
-                         img.driver_io)
+        img.libvirt_info('none', {})
+        self.assertEqual(None if none else 'native', img.driver_io)
 
     def test_guest_sees_base_then_zeros(self):
         img = self.image('qcow2', self.mode)
@@ -507,3 +512,43 @@ class TestFilesystems(BackendTestCase):
         self.assertFalse(os.path.exists(img.path))
         # Only the base image (a few MiB) was written.
         self.assertGreater(fsprobe.free_bytes(fs.path), before - 8 * units.Mi)
+
+
+class TestConstructors(BackendTestCase):
+    """A disk object only records its arguments, as nova's do."""
+
+    def test_no_flavor_load_no_probe_no_qemu_img(self):
+        self.flags(mode='space', group='prealloc_backend')
+        # An instance without a context and without a loaded flavor:
+        # reading instance.flavor would lazy-load and raise
+        # OrphanedObjectError.
+        instance = objects.Instance(uuid=uuidutils.generate_uuid())
+        # A spy, not a stand-in: any qemu-img run fails the test.
+        qemu_calls = self.useFixture(fixtures.MockPatchObject(
+            backend.qemu, 'execute', side_effect=AssertionError('qemu-img')))
+        for images_type in ('qcow2', 'raw'):
+            img = backend.Backend(True).by_name(
+                instance, 'disk', images_type, disk_info_mapping=MAPPING)
+            self.assertFalse(img.preallocate)
+        self.assertFalse(qemu_calls.mock.called)
+        self.assertEqual([], [f for f in os.listdir(self.instances_path)
+                              if f.startswith('.prealloc-probe')])
+        self.assertFalse(instance.obj_attr_is_set('flavor'))
+
+
+class TestFormatAwareGrowth(BackendTestCase):
+
+    def test_raw_file_handed_to_qcow2_grows_as_raw(self):
+        # What finish_migration does after a copy from a raw host: the
+        # destination's Qcow2 object grows a file that is still raw.
+        img = self.image('qcow2', 'space')
+        os.makedirs(os.path.dirname(img.path), exist_ok=True)
+        pb_fixtures.make_base(img.path, 'raw', BASE, 7)
+        with open(img.path, 'rb') as f:
+            before = f.read(BASE)
+        img.resize_image(DISK)
+        info = pb_fixtures.qemu_img_info(img.path)
+        self.assertEqual('raw', info['format'])
+        self.assertEqual(DISK, info['virtual-size'])
+        with open(img.path, 'rb') as f:
+            self.assertEqual(before, f.read(BASE))

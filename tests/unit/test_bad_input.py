@@ -419,9 +419,13 @@ class FakeQemuImgBase(base.TestCase):
         label = self.id()
         self.assertIsInstance(exc, error, '%s: %r' % (label, exc))
         message = str(exc)
-        self.assertIn('qemu-img', message if error is not
-                      exception.QemuImgError else 'qemu-img ' + exc.cmd,
-                      label)
+        if error is exception.QemuImgError:
+            # The message names the command that failed (info, create...).
+            self.assertTrue(exc.cmd, label)
+            self.assertIn(exc.cmd.split()[0], message, label)
+            self.assertIn(exc.cmd, message, label)
+        else:
+            self.assertIn('qemu-img', message, label)
         # A fault message, not a dump of whatever qemu-img printed.
         self.assertLess(len(message), 2000, label)
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from oslo_config import cfg
+from oslo_config import types
 
 from prealloc_backend import conf
 from tests import base
@@ -89,12 +90,23 @@ class TestOpts(base.TestCase):
         self.assertEqual('128K', fresh.prealloc_backend.qcow2_cluster_size)
 
     def test_every_option_has_choices_or_bounds(self):
+        # NOTE: by the option's type, not its class: the integer options
+        # are cfg.Opt(type=conf.Integer(...)), never cfg.IntOpt.
+        kinds = []
         for opt in conf.prealloc_opts:
-            if isinstance(opt, cfg.StrOpt):
+            if isinstance(opt.type, types.String):
                 self.assertTrue(opt.type.choices, opt.name)
-            elif isinstance(opt, cfg.IntOpt):
+                kinds.append('choices')
+            elif isinstance(opt.type, types.Integer):
                 self.assertIsNotNone(opt.type.min, opt.name)
+                kinds.append('bounds')
+            elif isinstance(opt.type, types.Boolean):
+                kinds.append('boolean')
+            else:
+                self.fail('%s: a type this test does not know' % opt.name)
             self.assertTrue(opt.help.strip(), opt.name)
+        self.assertEqual(['choices', 'boolean', 'choices', 'choices',
+                          'bounds', 'choices', 'bounds', 'bounds'], kinds)
 
     def test_bad_value_names_option_and_choices(self):
         self.flags_fixture.load_raw_values(group='prealloc_backend',

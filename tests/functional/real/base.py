@@ -52,7 +52,6 @@ import psutil
 from prealloc_backend.bench import guest as pb_guest
 from prealloc_backend import conf as pb_conf
 from prealloc_backend import driver as pb_driver
-from prealloc_backend import policy
 from tests import fixtures as pb_fixtures
 
 try:
@@ -451,10 +450,21 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
         info = pb_fixtures.qemu_img_info(path)
         data = info.get('format-specific', {}).get('data', {})
         opts = CONF.prealloc_backend
-        return policy.metadata_cache_bytes(
-            opts.qcow2_l2_cache, opts.qcow2_metadata_cache_max_mb,
-            info['virtual-size'], info['cluster-size'],
-            bool(data.get('extended-l2')))
+        # Worked out here from qcow2's layout, not by the plugin's code:
+        # every L2 table of the disk (one cluster each, 16-byte entries
+        # with extended_l2, else 8) plus QEMU's 4 clusters of refcount
+        # cache; none where QEMU's 32 MiB default covers the disk or the
+        # cover exceeds the per-disk cap.
+        cluster = info['cluster-size']
+        entry = 16 if data.get('extended-l2') else 8
+        entries = -(-info['virtual-size'] // cluster)
+        tables = -(-entries * entry // cluster) * cluster
+        wanted = tables + 4 * cluster
+        if (opts.qcow2_l2_cache != 'full-coverage' or
+                tables <= 32 * units.Mi or
+                wanted > opts.qcow2_metadata_cache_max_mb * units.Mi):
+            return None
+        return wanted
 
     def check_hypervisor_view(self, server, disk_format, mode, size,
                               after=None):
