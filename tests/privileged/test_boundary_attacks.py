@@ -56,7 +56,7 @@ ATTACKER_PYTHON = '/usr/bin/python3'
 DISK_SIZE = 16 * units.Mi
 # Iterations of the races (bounded: the whole tier stays within ~2 min).
 SWAP_CALLS = 1500
-PIN_RESTARTS = 2
+PIN_RESTARTS = 1
 TRUNCATE_ROUNDS = 60
 TYPED_CALLS = 600
 

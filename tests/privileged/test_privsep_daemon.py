@@ -348,7 +348,6 @@ class RealDaemonTestCase(DaemonMixin, test_privsep.BoundaryTestCase):
         """A daemon whose instances_path cannot be pinned refuses every
         call with a typed error that says why, and touches nothing.
         """
-        fs = prealloc_backend.privsep.fs
         alias = os.path.join(self.scratch, 'alias')
         os.symlink(self.daemon_root, alias)
         os.mkdir(os.path.join(self.daemon_root, 'inst'))
