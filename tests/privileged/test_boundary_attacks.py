@@ -240,18 +240,24 @@ class Attack1SwappedInstancesPath(AttackTestCase):
         outcomes = collections.Counter()
         for move in moves:
             self.attacker(move, self.instances, self.outside)
+            seen = []
             for name in ENTRYPOINTS:
-                # The same path names the pinned directory's disk...
-                outcome, value = self.outcome(name, self.disk, 0, DISK_SIZE)
-                self.assertEqual('ok', outcome, value)
+                seen.append(self.outcome(name, self.disk, 0, DISK_SIZE))
+                seen.append(self.outcome(
+                    name, os.path.join(self.instances, relative_victim)))
+            # Root's files first: untouched...
+            for path in targets:
+                self.assertEqual(before[path], file_state(path), move)
+            for index, (outcome, value) in enumerate(seen):
                 outcomes[outcome] += 1
-                # ...and what lies under / through the symlink is not
-                # found beneath the pinned directory.
-                outcome, value = self.outcome(
-                    name, os.path.join(self.instances, relative_victim))
-                self.assertEqual('InvalidPath', outcome, value)
-                self.assertIn('does not exist', value)
-                outcomes[outcome] += 1
+                if index % 2 == 0:
+                    # ...the same path names the pinned directory's disk...
+                    self.assertEqual('ok', outcome, value)
+                else:
+                    # ...and what lies under / through the symlink is not
+                    # found beneath the pinned directory.
+                    self.assertEqual('InvalidPath', outcome, value)
+                    self.assertIn('does not exist', value)
         self.assertEqual(0, fileops.hole_bytes(
             os.open(pinned_disk, os.O_RDONLY), 0, DISK_SIZE))
 
