@@ -78,7 +78,9 @@ class SudoersRuleTestCase(base.BaseTestCase):
         cfg.CONF.set_override(
             'helper_command',
             'sudo %s --config-file /etc/nova/nova.conf' % self.helper, group)
-        sockdir = tempfile.mkdtemp()
+        # oslo.privsep's tempfile.mkdtemp() in nova-compute, TMPDIR unset
+        # (the test runner nests its own temporary directories).
+        sockdir = tempfile.mkdtemp(dir='/tmp')
         self.addCleanup(os.rmdir, sockdir)
         argv = ctx.helper_command(os.path.join(sockdir, 'privsep.sock'))
         self.assertEqual('sudo', argv[0])
