@@ -125,3 +125,10 @@ class DiskChangedDuringFill(PreallocError):
                '%(before)d to %(after)d bytes while it was being filled '
                '(another process truncated or grew it); %(written)d bytes '
                'of zeros had been written, only where zeros were read')
+
+
+class AllocationOutOfSpace(AllocationFailed):
+    msg_fmt = ('Preallocating %(path)s failed: No space left on device for '
+               'an unprivileged user: %(needed)d bytes still needed, '
+               '%(free)d bytes free (the blocks a filesystem reserves for '
+               'root are never used)')

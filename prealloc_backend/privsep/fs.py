@@ -237,12 +237,6 @@ def _free_bytes(fd):
     return vfs.f_bavail * vfs.f_frsize
 
 
-def _no_space(path, needed, free):
-    return exception.InsufficientDiskSpace(
-        path=path, needed=needed, free=free,
-        directory=os.path.dirname(path))
-
-
 def _check_range(fd, path, offset, length):
     _check_int(offset, path, 'offset', 0)
     _check_int(length, path, 'length', 1)
@@ -268,14 +262,16 @@ def _check_space(fd, path, offset, length):
     needed = length - fileops.allocated_bytes(fd, offset, offset + length)
     free = _free_bytes(fd)
     if needed > free:
-        raise _no_space(path, needed, free)
+        raise exception.AllocationOutOfSpace(path=path, needed=needed,
+                                             free=free)
     return needed
 
 
 def _space_error(exc, path, needed, fd):
     """A typed error for ENOSPC/EDQUOT met inside the daemon."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return _no_space(path, needed, _free_bytes(fd))
+        return exception.AllocationOutOfSpace(path=path, needed=needed,
+                                              free=_free_bytes(fd))
     return None
 
 
@@ -363,7 +359,9 @@ def unprivileged_zero_fill_range(path, offset, length):
             want = min(count, state['left'])
             free = _free_bytes(fd)
             if want > free:
-                raise _no_space(path, state['left'], free)
+                # Others used the space meanwhile: stop before root's.
+                raise exception.AllocationOutOfSpace(
+                    path=path, needed=state['left'], free=free)
             state['left'] = max(0, state['left'] - count)
 
         try:

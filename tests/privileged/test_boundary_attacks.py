@@ -547,11 +547,11 @@ for line in sys.stdin:
         self.assertLessEqual(free, avail)
         for name in ENTRYPOINTS:
             outcome, value = self.outcome(name, disk, 0, 8 * units.Mi)
-            self.assertEqual('InsufficientDiskSpace', outcome, value)
+            self.assertEqual('AllocationOutOfSpace', outcome, value)
             self.assertIn(disk, value)
             self.assertIn('%d bytes free' % free, value)
-            self.assertIn('%d bytes needed' % (8 * units.Mi - 65536 - 4096),
-                          value)
+            self.assertIn('%d bytes still needed'
+                          % (8 * units.Mi - 65536 - 4096), value)
             self.assertEqual(bfree, os.statvfs(mnt).f_bfree, name)
         # Control: what fits is allocated.
         small = self.attacker_file(make_sparse(os.path.join(inst, 'small'),
@@ -585,9 +585,10 @@ for line in sys.stdin:
             f.truncate(free)
         self.attacker_file(disk)
         outcome, value = self.outcome('fallocate_range', disk, 0, free)
-        self.assertEqual('InsufficientDiskSpace', outcome, value)
+        self.assertEqual('AllocationOutOfSpace', outcome, value)
         self.assertIn(disk, value)
-        self.assertIn('%d bytes needed' % free, value)
+        self.assertIn('No space left on device', value)
+        self.assertIn('%d bytes still needed' % free, value)
         self.assertEqual(free, os.path.getsize(disk))
 
 
