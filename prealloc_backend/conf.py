@@ -221,6 +221,16 @@ zero-filling and to qemu-img creating or growing a preallocated overlay.
         help="""
 Seconds between progress log lines while a disk is zero-filled.
 """),
+    cfg.ListOpt('qemu_users',
+        default=['libvirt-qemu', 'qemu'],
+        help="""
+Users that may own the instance disks the privileged daemon allocates,
+besides the owner of ``[DEFAULT] instances_path`` (nova's user): QEMU's user
+(``user`` in libvirt's qemu.conf), to which libvirt gives a running guest's
+disks. Names unknown on the host are ignored; root is never accepted this way
+(a root-owned disk means libvirt's ``remember_owner = 0``). Read by the
+daemon from its own configuration when it starts.
+"""),
 ]
 
 

@@ -98,3 +98,37 @@ class InvalidPath(PreallocError, nova_exception.Invalid):
 
 class InvalidSize(PreallocError, nova_exception.Invalid):
     msg_fmt = 'Refusing size %(size)r for %(path)r: %(reason)s'
+
+
+class InstancesPathUnusable(PreallocError):
+    msg_fmt = ('The prealloc_backend privileged daemon cannot use '
+               '[DEFAULT] instances_path %(path)r: %(reason)s; it refuses '
+               'every call until it is restarted with a usable one')
+
+
+class DiskOwnedByRoot(InvalidPath):
+    msg_fmt = ('Refusing to preallocate %(path)r: it is owned by root, not '
+               'by the owner of instances_path or by QEMU\'s user. libvirt '
+               'hands a stopped guest\'s disk back to root:root when '
+               'qemu.conf sets remember_owner = 0: keep libvirt\'s default '
+               'remember_owner = 1 (prealloc-backend check tells)')
+
+
+class DiskInUse(PreallocError):
+    msg_fmt = ('Refusing to zero-fill %(path)s: a running guest (a QEMU '
+               'process) holds its image lock (%(lock)s); a disk in use is '
+               'never zero-filled')
+
+
+class DiskChangedDuringFill(PreallocError):
+    msg_fmt = ('Zero-filling %(path)s stopped: its size changed from '
+               '%(before)d to %(after)d bytes while it was being filled '
+               '(another process truncated or grew it); %(written)d bytes '
+               'of zeros had been written, only where zeros were read')
+
+
+class AllocationOutOfSpace(AllocationFailed):
+    msg_fmt = ('Preallocating %(path)s failed: No space left on device for '
+               'an unprivileged user: %(needed)d bytes still needed, '
+               '%(free)d bytes free (the blocks a filesystem reserves for '
+               'root are never used)')

@@ -16,12 +16,18 @@ Pure system-call helpers, shared by the privileged entrypoints and the
 filesystem probe. fallocate(2) is called directly (through libc) rather than
 through glibc's posix_fallocate(), which silently falls back to writing zeros
 on filesystems without fallocate support: the plugin must know, not guess.
+
+It also reads and takes QEMU's image locks (open file description byte-range
+locks, as QEMU's block/file-posix.c takes them), so that a disk a running
+guest writes is never zero-filled.
 """
 
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import os
+import struct
 
 FALLOC_FL_KEEP_SIZE = 0x01
 
@@ -30,6 +36,40 @@ FALLOC_FL_KEEP_SIZE = 0x01
 ZERO_CHUNK = 1024 * 1024
 # Granularity of the 'only where it reads as zeros' guard of zero_fill.
 ZERO_GUARD_BLOCK = 4096
+
+# QEMU's image locking (block/file-posix.c, "Posix file locking bytes"):
+# an image opened with permission bit i holds a shared lock on byte
+# RAW_LOCK_PERM_BASE + i; one that does not share permission bit i with
+# other users holds a shared lock on byte RAW_LOCK_SHARED_BASE + i. Before
+# taking a permission QEMU tests byte RAW_LOCK_SHARED_BASE + i ('Failed to
+# get "write" lock' when someone holds it); before refusing to share one it
+# tests byte RAW_LOCK_PERM_BASE + i ('Failed to get shared "write" lock').
+# Permission bits (include/block/block-common.h): BLK_PERM_CONSISTENT_READ
+# is bit 0, BLK_PERM_WRITE bit 1.
+QEMU_LOCK_PERM_BASE = 100
+QEMU_LOCK_SHARED_BASE = 200
+QEMU_PERM_CONSISTENT_READ = 0
+QEMU_PERM_WRITE = 1
+# A process writing the image (a running guest, qemu-io, qemu-img commit).
+QEMU_WRITER_BYTE = QEMU_LOCK_PERM_BASE + QEMU_PERM_WRITE
+# A process that forbids other writers (a running guest, any reader that
+# wants consistent reads: qemu-img info/convert without --force-share).
+QEMU_NO_OTHER_WRITER_BYTE = QEMU_LOCK_SHARED_BASE + QEMU_PERM_WRITE
+
+# struct flock of Linux (x86_64 and the other 64-bit ABIs): short l_type,
+# short l_whence, off_t l_start, off_t l_len, pid_t l_pid, padding.
+_FLOCK = struct.Struct('@hhqqi4x')
+F_OFD_GETLK = getattr(fcntl, 'F_OFD_GETLK', 36)
+F_OFD_SETLK = getattr(fcntl, 'F_OFD_SETLK', 37)
+
+# FS_IOC_FIEMAP: struct fiemap (32 bytes) followed by struct fiemap_extent
+# (56 bytes each).
+FS_IOC_FIEMAP = 0xC020660B
+FIEMAP_FLAG_SYNC = 0x1
+FIEMAP_EXTENT_LAST = 0x1
+_FIEMAP = struct.Struct('=QQIIII')
+_FIEMAP_EXTENT = struct.Struct('=QQQ16xI12x')
+_FIEMAP_BATCH = 256
 
 _libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong,
@@ -80,38 +120,143 @@ def hole_bytes(fd, start, end):
     return sum(length for _offset, length in holes(fd, start, end))
 
 
-def _write_zeros_where_zero(fd, offset, count, zeros):
-    """Write zeros over [offset, offset+count) where it reads as zeros.
+def ofd_lock_held(fd, offset):
+    """True when another open file description holds a lock on byte
+    ``offset`` of fd's file (F_OFD_GETLK for a write lock there).
 
-    A second guard behind SEEK_HOLE: whatever the filesystem reported, a
-    block that holds a non-zero byte is left alone, so the content of the
-    file cannot change. Reading a real hole costs no disk I/O.
+    Locks held through fd's own open file description never count.
     """
-    current = os.pread(fd, count, offset)
-    if current == zeros[:len(current)]:
-        return os.pwrite(fd, zeros[:count], offset)
-    written = 0
-    for start in range(0, count, ZERO_GUARD_BLOCK):
+    query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
+    answer = fcntl.fcntl(fd, F_OFD_GETLK, query)
+    return _FLOCK.unpack(answer)[0] != fcntl.F_UNLCK
+
+
+def ofd_lock_shared(fd, offset):
+    """Take a shared (read) OFD lock on byte ``offset``, as QEMU does.
+
+    Held until released or until the open file description is closed.
+    Raises OSError (EAGAIN) when someone holds a write lock on that byte.
+    """
+    fcntl.fcntl(fd, F_OFD_SETLK,
+                _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, offset, 1, 0))
+
+
+def ofd_unlock(fd, offset):
+    fcntl.fcntl(fd, F_OFD_SETLK,
+                _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, offset, 1, 0))
+
+
+def allocated_bytes(fd, start, end):
+    """Bytes of [start, end) that the filesystem has blocks for, written or
+    unwritten (FIEMAP, after flushing delayed allocations).
+
+    Where FIEMAP is not supported, the ranges SEEK_DATA reports count
+    (which leaves out unwritten extents: an overestimate of what an
+    allocation still needs, never an underestimate).
+    """
+    total = 0
+    pos = start
+    try:
+        while pos < end:
+            request = bytearray(_FIEMAP.size +
+                                _FIEMAP_EXTENT.size * _FIEMAP_BATCH)
+            _FIEMAP.pack_into(request, 0, pos, end - pos, FIEMAP_FLAG_SYNC,
+                              0, _FIEMAP_BATCH, 0)
+            fcntl.ioctl(fd, FS_IOC_FIEMAP, request)
+            mapped = _FIEMAP.unpack_from(request)[3]
+            if not mapped:
+                break
+            last = False
+            for index in range(mapped):
+                logical, _physical, length, flags = _FIEMAP_EXTENT.unpack_from(
+                    request, _FIEMAP.size + index * _FIEMAP_EXTENT.size)
+                lo, hi = max(logical, pos), min(logical + length, end)
+                if hi > lo:
+                    total += hi - lo
+                pos = max(pos, logical + length)
+                last = last or bool(flags & FIEMAP_EXTENT_LAST)
+            if last:
+                break
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL):
+            raise
+        return (end - start) - hole_bytes(fd, start, end)
+    return total
+
+
+class SizeChanged(Exception):
+    """The file's size changed while it was being zero-filled."""
+
+    def __init__(self, before, after, written):
+        super().__init__(before, after, written)
+        self.before = before
+        self.after = after
+        self.written = written
+
+
+def _zero_runs(current, offset):
+    """(offset, length) runs of the guard blocks of ``current`` (bytes read
+    at ``offset``) that hold only zeros.
+    """
+    run_start = None
+    for start in range(0, len(current), ZERO_GUARD_BLOCK):
         block = current[start:start + ZERO_GUARD_BLOCK]
-        if block.count(0) != len(block):
+        if block.count(0) == len(block):
+            if run_start is None:
+                run_start = start
             continue
-        length = min(ZERO_GUARD_BLOCK, count - start)
-        written += os.pwrite(fd, zeros[:length], offset + start)
-    return written
+        if run_start is not None:
+            yield offset + run_start, start - run_start
+            run_start = None
+    if run_start is not None:
+        yield offset + run_start, len(current) - run_start
 
 
-def zero_fill(fd, start, end):
+def zero_fill(fd, start, end, before_write=None):
     """Write zeros into every hole of fd within [start, end).
 
-    Data ranges are skipped, never rewritten. Returns the bytes written.
+    Data is never rewritten, and the file's size never changes:
+
+    * the holes are listed with SEEK_HOLE, then each chunk is read back and
+      zeros are written only over the 4 KiB guard blocks it read as zeros,
+      and only over bytes that this same pass read;
+    * a short read (the file shrank) ends the pass, as does a size found
+      different before a write or after it (SizeChanged is raised, naming
+      what was written).
+
+    ``before_write(count)`` is called before each write of ``count`` bytes
+    (the caller's free-space check). Returns the bytes written.
     """
+    size = os.fstat(fd).st_size
+    end = min(end, size)
     zeros = bytes(ZERO_CHUNK)
     written = 0
     for offset, length in list(holes(fd, start, end)):
         stop = offset + length
         while offset < stop:
             count = min(ZERO_CHUNK, stop - offset)
-            written += _write_zeros_where_zero(fd, offset, count, zeros)
+            current = os.pread(fd, count, offset)
+            if len(current) != count:
+                raise SizeChanged(size, os.fstat(fd).st_size, written)
+            for run, run_length in _zero_runs(current, offset):
+                if before_write is not None:
+                    before_write(run_length)
+                # NOTE: pwrite(2) past the end of a file grows it; no flag
+                # forbids that. The size is checked right before each write
+                # and right after it, which narrows a concurrent truncate
+                # to a window of one system call and reports it.
+                now = os.fstat(fd).st_size
+                if now != size:
+                    raise SizeChanged(size, now, written)
+                done = os.pwrite(fd, zeros[:run_length], run)
+                written += done
+                now = os.fstat(fd).st_size
+                if now != size:
+                    raise SizeChanged(size, now, written)
+                if done != run_length:
+                    # A short write to a regular file: the filesystem is
+                    # full (the next write would say ENOSPC).
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             offset += count
     if written:
         os.fdatasync(fd)

@@ -14,14 +14,15 @@
 
 One context with one capability, CAP_DAC_OVERRIDE: the daemon opens instance
 disks for writing although libvirt (dynamic_ownership) may have chown'ed them
-to the qemu user with mode 0600, and creates the probe file in the instance
-directory. It needs nothing else: it never changes owners or modes (no
-CAP_CHOWN or CAP_FOWNER), never mounts (no CAP_SYS_ADMIN), and reads only
-what it opens for writing (CAP_DAC_READ_SEARCH would add reading any file,
-which it does not need).
+to the qemu user with mode 0600. It needs nothing else: it never changes
+owners or modes (no CAP_CHOWN or CAP_FOWNER), never mounts (no
+CAP_SYS_ADMIN), and reads only what it opens for writing
+(CAP_DAC_READ_SEARCH would add reading any file, which it does not need).
 
-The entrypoints live in prealloc_backend.privsep.fs; import that module by
-its full path so that privileged calls stand out where they are made.
+The entrypoints live in prealloc_backend.privsep.fs (what they accept: its
+docstring, and README's "The privileged daemon"); paths are resolved by
+prealloc_backend.privsep.beneath. Import prealloc_backend.privsep.fs by its
+full path so that privileged calls stand out where they are made.
 """
 
 import errno

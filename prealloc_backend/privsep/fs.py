@@ -13,15 +13,33 @@
 """Privileged entrypoints: allocate the blocks of an instance disk.
 
 Each entrypoint is a narrow verb on one disk and validates its arguments
-inside the daemon, whatever the caller checked: the file must be a regular
-file, opened without following a symlink, whose real path lies under
-``[DEFAULT] instances_path`` as the daemon's own configuration says; sizes and
-offsets must be integers within the file and the filesystem. The logic sits
-in ``unprivileged_*`` functions that tests call directly.
+inside the daemon, whatever the caller checked:
+
+* the daemon pins ``[DEFAULT] instances_path`` as its own configuration
+  says, once (``pinned_root``), and resolves every disk path beneath that
+  descriptor without following a symlink in any component and without
+  crossing a mount (``beneath``);
+* what it opened (``O_PATH``, which opens nothing for reading or writing)
+  must be a regular file with one link, on the root's filesystem, owned by
+  the owner of instances_path (nova's user) or by QEMU's user
+  (``[prealloc_backend] qemu_users``); only then is it reopened for writing;
+* sizes and offsets must be integers within the file, and the blocks to
+  allocate must fit in what an unprivileged user may still use (f_bavail):
+  the daemon never eats the blocks a filesystem reserves for root;
+* a disk whose QEMU image lock a running guest holds is never zero-filled,
+  and while the daemon zero-fills one it holds the lock bytes that stop a
+  QEMU process from opening it for writing.
+
+Refusals are typed (``prealloc_backend.exception``) and say nothing about
+what lies outside instances_path beyond "refused". The logic sits in
+``unprivileged_*`` functions that tests call directly.
 """
 
+import errno
 import os
+import pwd
 import stat
+import threading
 
 from oslo_log import log as logging
 
@@ -29,9 +47,84 @@ from prealloc_backend import conf
 from prealloc_backend import exception
 from prealloc_backend import fileops
 import prealloc_backend.privsep
+from prealloc_backend.privsep import beneath
 
 LOG = logging.getLogger(__name__)
 CONF = conf.CONF
+
+# Why a path could not be resolved beneath instances_path. Resolution never
+# leaves the tree, so each reason is about the tree itself.
+_RESOLVE_REASONS = {
+    errno.ENOENT: 'it does not exist',
+    errno.ELOOP: 'refused: a directory in the path is a symlink',
+    errno.EXDEV: 'refused: the path crosses a mount point',
+    errno.ENOTDIR: 'refused: a component of the path is not a directory',
+    errno.ENAMETOOLONG: 'refused: the path is too long',
+}
+
+_root = None
+_root_lock = threading.Lock()
+
+
+def pinned_root():
+    """The daemon's pinned instances_path (a beneath.Root).
+
+    NOTE: oslo.privsep gives a context no hook that runs when its daemon
+    starts (privsep-helper imports the context's module, which nova-compute
+    imports too, then runs the request loop), so the root is pinned by the
+    first call that reaches the daemon, under a lock. That first call comes
+    from nova-compute right after it started the daemon, and the pin is
+    kept for the daemon's life. It is keyed by the configured string: the
+    daemon never reloads its configuration, so in the daemon it is pinned
+    exactly once; in-process (tests) a test that points instances_path
+    elsewhere gets a new pin. If instances_path cannot be pinned (missing,
+    '/', a symlink, not a directory) every call fails with
+    InstancesPathUnusable, logged, and nothing is touched.
+    """
+    global _root
+    with _root_lock:
+        configured = CONF.instances_path
+        if _root is not None and _root.configured == configured:
+            return _root
+        try:
+            root = beneath.Root(configured)
+        except beneath.Unusable as exc:
+            LOG.error('Refusing to work on instance disks: [DEFAULT] '
+                      'instances_path %(path)r cannot be used: %(reason)s',
+                      {'path': configured, 'reason': exc})
+            raise exception.InstancesPathUnusable(path=configured,
+                                                  reason=str(exc))
+        root.allowed_uids = _allowed_uids(root)
+        if _root is not None:
+            _root.close()
+        _root = root
+        LOG.info('Pinned instances_path %(path)s (device %(dev)d, inode '
+                 '%(ino)d); disks owned by uids %(uids)s are accepted',
+                 {'path': root.path, 'dev': root.dev, 'ino': root.ino,
+                  'uids': sorted(root.allowed_uids)})
+        return root
+
+
+def _allowed_uids(root):
+    """uids that may own a disk: the owner of instances_path (nova's user:
+    nova creates the instance directories and disks) and QEMU's user, to
+    which libvirt's dynamic_ownership gives a running guest's disks.
+    """
+    uids = {root.uid}
+    for name in CONF.prealloc_backend.qemu_users:
+        try:
+            uid = pwd.getpwnam(name).pw_uid
+        except KeyError:
+            continue
+        if uid == 0:
+            LOG.warning('[prealloc_backend] qemu_users names %s (uid 0): '
+                        'ignored, root-owned disks are refused', name)
+            continue
+        uids.add(uid)
+    if root.uid == 0:
+        LOG.warning('instances_path %s is owned by root: disks owned by '
+                    'root are accepted', root.path)
+    return uids
 
 
 def _check_int(value, path, name, minimum):
@@ -47,12 +140,45 @@ def _check_int(value, path, name, minimum):
             reason='%s must be at least %d' % (name, minimum))
 
 
+def _check_disk(path, st, root):
+    """Refuse anything but a regular, singly linked file of nova's (or
+    QEMU's) on the root's filesystem.
+    """
+    if stat.S_ISLNK(st.st_mode):
+        raise exception.InvalidPath(path=path, reason='it is a symlink')
+    if not stat.S_ISREG(st.st_mode):
+        raise exception.InvalidPath(path=path,
+                                    reason='it is not a regular file')
+    if st.st_dev != root.dev:
+        raise exception.InvalidPath(
+            path=path, reason='refused: it is on another filesystem than '
+                              'instances_path')
+    if st.st_nlink != 1:
+        # NOTE: nova never hard-links disks; a second link could be a file
+        # outside the tree.
+        raise exception.InvalidPath(
+            path=path, reason='it has %d hard links (a disk has one)'
+                              % st.st_nlink)
+    if st.st_uid not in root.allowed_uids:
+        if st.st_uid == 0:
+            raise exception.DiskOwnedByRoot(path=path)
+        raise exception.InvalidPath(
+            path=path, reason='it is owned by uid %d, neither the owner of '
+                              'instances_path (uid %d) nor QEMU\'s user '
+                              '([prealloc_backend] qemu_users)'
+                              % (st.st_uid, root.uid))
+
+
 def _open_disk(path):
     """Open path for writing after checking it is a disk we may touch.
 
-    Returns the fd; the caller closes it. The final check is made on the
-    opened descriptor itself (/proc/self/fd), so swapping a path component
-    for a symlink between the checks and the open gains nothing.
+    Returns the fd; the caller closes it. The file is found beneath the
+    pinned instances_path (``beneath.open_beneath``) as an ``O_PATH``
+    descriptor, checked with fstat, and only then reopened for writing
+    through /proc/self/fd (the descriptor itself, not a path: nothing can
+    be swapped in between; O_NOFOLLOW cannot be given there, it would
+    refuse the magic link itself). The reopened descriptor must be the
+    same file.
     """
     if not isinstance(path, str) or not path:
         raise exception.InvalidPath(path=path,
@@ -64,50 +190,51 @@ def _open_disk(path):
     if '\0' in path:
         raise exception.InvalidPath(path=path,
                                     reason='the path contains a NUL byte')
-    root = os.path.realpath(CONF.instances_path)
-    real = os.path.realpath(path)
-    if os.path.commonpath([root, real]) != root or real == root:
+    root = pinned_root()
+    try:
+        parts = root.relative(path)
+    except ValueError as exc:
+        raise exception.InvalidPath(path=path, reason=str(exc))
+    try:
+        pfd = beneath.open_beneath(root.fd, parts)
+    except OSError as exc:
         raise exception.InvalidPath(
-            path=path, reason='it resolves to %s, outside instances_path %s'
-                              % (real, root))
+            path=path, reason=_RESOLVE_REASONS.get(
+                exc.errno, 'refused: it cannot be resolved beneath '
+                           'instances_path (%s)'
+                           % errno.errorcode.get(exc.errno, exc.errno)))
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        raise exception.InvalidPath(path=path, reason='it does not exist')
-    except OSError as exc:
-        # ENOTDIR ('disk/'), ELOOP, ENAMETOOLONG...
-        raise exception.InvalidPath(path=path,
-                                    reason='it cannot be examined: %s' % exc)
-    if stat.S_ISLNK(st.st_mode):
-        raise exception.InvalidPath(path=path, reason='it is a symlink')
-    if not stat.S_ISREG(st.st_mode):
-        raise exception.InvalidPath(path=path,
-                                    reason='it is not a regular file')
+        st = os.fstat(pfd)
+        _check_disk(path, st, root)
+        try:
+            fd = os.open('/proc/self/fd/%d' % pfd,
+                         os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC |
+                         os.O_NOCTTY)
+        except OSError as exc:
+            raise exception.InvalidPath(
+                path=path, reason='it cannot be opened for writing (%s)'
+                                  % errno.errorcode.get(exc.errno,
+                                                        exc.errno))
+    finally:
+        os.close(pfd)
     try:
-        fd = os.open(real, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK |
-                     os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as exc:
-        raise exception.InvalidPath(path=path,
-                                    reason='it cannot be opened: %s' % exc)
-    try:
-        opened = os.path.realpath('/proc/self/fd/%d' % fd)
         fst = os.fstat(fd)
-        if (not stat.S_ISREG(fst.st_mode) or
-                os.path.commonpath([root, opened]) != root or
-                (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino)):
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
             raise exception.InvalidPath(
-                path=path, reason='it changed while being opened (now %s)'
-                                  % opened)
-        if fst.st_nlink != 1:
-            # NOTE: a hard link inside instances_path to a file outside it
-            # has an inside real path; nova never hard-links disks.
-            raise exception.InvalidPath(
-                path=path, reason='it has %d hard links (a disk has one)'
-                                  % fst.st_nlink)
+                path=path, reason='refused: it changed while being opened')
+        _check_disk(path, fst, root)
     except Exception:
         os.close(fd)
         raise
     return fd
+
+
+def _free_bytes(fd):
+    """What an unprivileged user may still allocate (never root's
+    reserved blocks).
+    """
+    vfs = os.fstatvfs(fd)
+    return vfs.f_bavail * vfs.f_frsize
 
 
 def _check_range(fd, path, offset, length):
@@ -128,6 +255,26 @@ def _check_range(fd, path, offset, length):
                    % (offset, offset + length, fst.st_size))
 
 
+def _check_space(fd, path, offset, length):
+    """Refuse an allocation larger than what an unprivileged user could
+    still use; return the bytes it needs.
+    """
+    needed = length - fileops.allocated_bytes(fd, offset, offset + length)
+    free = _free_bytes(fd)
+    if needed > free:
+        raise exception.AllocationOutOfSpace(path=path, needed=needed,
+                                             free=free)
+    return needed
+
+
+def _space_error(exc, path, needed, fd):
+    """A typed error for ENOSPC/EDQUOT met inside the daemon."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return exception.AllocationOutOfSpace(path=path, needed=needed,
+                                              free=_free_bytes(fd))
+    return None
+
+
 @prealloc_backend.privsep.ctx.entrypoint
 def fallocate_range(path, offset, length):
     """Allocate the blocks of [offset, offset+length) of an instance disk."""
@@ -138,13 +285,25 @@ def unprivileged_fallocate_range(path, offset, length):
     """Reserve blocks with fallocate(2), keeping the file size.
 
     Data already in the range is untouched (fallocate only allocates holes,
-    as unwritten extents that read as zeros). Raises OSError with EOPNOTSUPP
-    where the filesystem cannot do it.
+    as unwritten extents that read as zeros), so a disk in use may be
+    allocated. Raises OSError with EOPNOTSUPP where the filesystem cannot
+    do it, InsufficientDiskSpace when the blocks are not there for an
+    unprivileged user.
     """
     fd = _open_disk(path)
     try:
         _check_range(fd, path, offset, length)
-        fileops.fallocate(fd, offset, length, keep_size=True)
+        needed = _check_space(fd, path, offset, length)
+        try:
+            fileops.fallocate(fd, offset, length, keep_size=True)
+        except OSError as exc:
+            if fileops.is_unsupported(exc):
+                raise
+            typed = _space_error(exc, path, needed, fd)
+            if typed is not None:
+                raise typed
+            raise exception.AllocationFailed(
+                path=path, reason='fallocate: %s' % os.strerror(exc.errno))
     finally:
         os.close(fd)
 
@@ -155,14 +314,68 @@ def zero_fill_range(path, offset, length):
     return unprivileged_zero_fill_range(path, offset, length)
 
 
+def _lock_against_qemu(fd, path):
+    """Hold the lock bytes a QEMU process must be able to take to open the
+    disk for writing, then refuse if a QEMU process already holds them.
+
+    QEMU applies its locks, then tests the other side's bytes; doing the
+    same, whichever of the two comes second sees the other. Held through
+    fd's open file description until it is closed.
+    """
+    for byte in (fileops.QEMU_WRITER_BYTE, fileops.QEMU_NO_OTHER_WRITER_BYTE):
+        fileops.ofd_lock_shared(fd, byte)
+    for byte, what in ((fileops.QEMU_WRITER_BYTE, 'it is open for writing'),
+                       (fileops.QEMU_NO_OTHER_WRITER_BYTE,
+                        'it refuses other writers')):
+        if fileops.ofd_lock_held(fd, byte):
+            raise exception.DiskInUse(path=path,
+                                      lock='lock byte %d: %s' % (byte, what))
+
+
 def unprivileged_zero_fill_range(path, offset, length):
     """Zero-fill the holes of a range; data is never overwritten.
 
-    Returns the number of bytes written.
+    Refused while a QEMU process holds the disk's image lock; while it
+    runs, no QEMU process can open the disk for writing. Returns the number
+    of bytes written.
     """
     fd = _open_disk(path)
     try:
         _check_range(fd, path, offset, length)
-        return fileops.zero_fill(fd, offset, offset + length)
+        try:
+            _lock_against_qemu(fd, path)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise exception.AllocationFailed(
+                    path=path, reason='locking the image: %s'
+                                      % os.strerror(exc.errno))
+            # Someone holds a write lock on one of QEMU's bytes.
+            raise exception.DiskInUse(path=path,
+                                      lock='a write lock on its lock bytes')
+        needed = _check_space(fd, path, offset, length)
+        state = {'left': needed}
+
+        def before_write(count):
+            want = min(count, state['left'])
+            free = _free_bytes(fd)
+            if want > free:
+                # Others used the space meanwhile: stop before root's.
+                raise exception.AllocationOutOfSpace(
+                    path=path, needed=state['left'], free=free)
+            state['left'] = max(0, state['left'] - count)
+
+        try:
+            return fileops.zero_fill(fd, offset, offset + length,
+                                     before_write=before_write)
+        except fileops.SizeChanged as exc:
+            raise exception.DiskChangedDuringFill(
+                path=path, before=exc.before, after=exc.after,
+                written=exc.written)
+        except OSError as exc:
+            typed = _space_error(exc, path, state['left'], fd)
+            if typed is not None:
+                raise typed
+            raise exception.AllocationFailed(
+                path=path, reason='zero-fill: %s' % os.strerror(exc.errno))
     finally:
         os.close(fd)

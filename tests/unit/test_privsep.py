@@ -15,47 +15,41 @@
 Every entrypoint of prealloc_backend.privsep.fs is called directly, both
 through its privsep wrapper (in-process) and as its ``unprivileged_*``
 function, with paths and sizes a compromised nova-compute could send. Each
-must be refused with a typed error that names the value, and the file the
-value designates (and the legitimate disk beside it) must be left exactly as
-it was: content, size, allocation, mtime and ctime.
+must be refused with a typed error that names the value and says nothing
+about what lies outside instances_path, and the file the value designates
+(and the legitimate disk beside it) must be left exactly as it was:
+content, size, allocation, mtime and ctime. The path checks run once with
+openat2(2) and once with its component-by-component fallback.
 
-One test starts the real oslo.privsep daemon (privsep-helper run as root
-without sudo through ``[prealloc_backend_privsep] helper_command``) to prove
-that the checks run in the daemon with the daemon's own configuration, that
-the daemon holds exactly CAP_DAC_OVERRIDE, that the wrapper passes every
-argument through, and what happens when the daemon dies between two calls.
+No root needed here: the real daemon, device nodes, loop filesystems and
+attacker users are in tests/privileged (test_privsep_daemon.py,
+test_boundary_attacks.py).
 """
 
+import errno
 import hashlib
 import os
 import pathlib
-import signal
 import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
 
 import fixtures
-from oslo_log import log as logging
 from oslo_privsep import capabilities
 from oslo_utils import units
 
-from prealloc_backend import backend
 from prealloc_backend import exception
+from prealloc_backend import fileops
 import prealloc_backend.privsep
+from prealloc_backend.privsep import beneath
 import prealloc_backend.privsep.fs
 from tests import base
 from tests import fixtures as pb_fixtures
 
-LOG = logging.getLogger(__name__)
-
 DISK_SIZE = 4 * units.Mi
 ENTRYPOINTS = ('fallocate_range', 'zero_fill_range')
-# Bounded waits for the real daemon (not timing assertions: a wait that
-# runs out fails with the state it saw).
-DAEMON_WAIT = 30
 
 
 def file_state(path):
@@ -125,11 +119,22 @@ class BoundaryTestCase(base.TestCase):
         os.mkdir(self.outside_dir)
         self.victim = make_disk(os.path.join(self.outside_dir, 'victim'))
 
+    def secrets(self, path):
+        """What a refusal of ``path`` must not tell: the outside tree's
+        name (unless the caller sent it) and the victim's size.
+        """
+        found = [str(DISK_SIZE)]
+        if isinstance(path, str) and self.scratch not in path:
+            found.append(self.scratch)
+        return found
+
     def assert_refused(self, path, error, reason_words, touched, value=None,
                        names=(), entrypoints=ENTRYPOINTS, **call_args):
         """Every entrypoint, wrapped and unprivileged, refuses: ``error``
         raised, its message naming ``value`` (default: the path) and
-        containing ``reason_words``; the files in ``touched`` unchanged.
+        containing ``reason_words`` but nothing about the outside tree
+        (its directory, the victim's name or size); the files in
+        ``touched`` unchanged.
         """
         before = {p: file_state(p) for p in touched}
         shown = repr(path if value is None else value)
@@ -146,41 +151,76 @@ class BoundaryTestCase(base.TestCase):
                     self.assertIn(word, message, label)
                 for word in names:
                     self.assertIn(word, message, label)
+                if issubclass(error, exception.InvalidPath):
+                    for secret in self.secrets(path):
+                        self.assertNotIn(secret, message, label)
         for p, state in before.items():
             self.assertEqual(state, file_state(p), 'touched: %s' % p)
 
 
 class PathRefusalTestCase(BoundaryTestCase):
-    """Paths a privileged call must never act on."""
+    """Paths a privileged call must never act on (openat2 resolution)."""
 
     def test_outside_instances_path(self):
         self.assert_refused(self.victim, exception.InvalidPath,
-                            ['outside instances_path'],
+                            ['not under instances_path'],
                             [self.victim, self.disk])
+
+    def test_prefix_is_not_enough(self):
+        """instances_path + 'x' shares the string prefix, not the tree."""
+        sibling = self.instances_path + 'x'
+        os.mkdir(sibling)
+        self.addCleanup(os.rmdir, sibling)
+        self.assert_refused(os.path.join(sibling, 'disk'),
+                            exception.InvalidPath,
+                            ['not under instances_path'], [self.disk])
 
     def test_dotdot_escape(self):
         sneaky = os.path.join(self.inst, '..', '..', os.path.relpath(
             self.victim, os.path.dirname(self.instances_path)))
         self.assertTrue(os.path.exists(sneaky))
         self.assertTrue(sneaky.startswith(self.instances_path))
-        self.assert_refused(sneaky, exception.InvalidPath,
-                            ['outside instances_path'],
+        self.assert_refused(sneaky, exception.InvalidPath, ["'..'"],
                             [self.victim, self.disk])
+        # Even one that stays inside is refused: no '..' at all.
+        self.assert_refused(os.path.join(self.inst, '..', 'inst', 'disk'),
+                            exception.InvalidPath, ["'..'"], [self.disk])
+
+    def test_dot_and_empty_components(self):
+        for path in (os.path.join(self.inst, '.', 'disk'),
+                     self.inst + '//disk',
+                     self.instances_path + '/./inst/disk'):
+            self.assert_refused(path, exception.InvalidPath, ["'.'"],
+                                [self.disk])
 
     def test_planted_symlink_to_outside_file(self):
         link = os.path.join(self.inst, 'disk.local')
         os.symlink(self.victim, link)
-        self.assert_refused(link, exception.InvalidPath,
-                            ['outside instances_path'],
+        self.assert_refused(link, exception.InvalidPath, ['symlink'],
                             [self.victim, self.disk, link])
 
     def test_planted_symlink_directory(self):
         link = os.path.join(self.instances_path, 'other-inst')
         os.symlink(self.outside_dir, link)
         path = os.path.join(link, 'victim')
-        self.assert_refused(path, exception.InvalidPath,
-                            ['outside instances_path'],
+        self.assert_refused(path, exception.InvalidPath, ['symlink'],
                             [self.victim, self.disk, link])
+
+    def test_symlink_directory_gives_no_existence_oracle(self):
+        """A symlinked directory pointing at an existing outside file's
+        directory and one pointing nowhere get the same refusal.
+        """
+        messages = []
+        for name, target in (('to-victim', self.outside_dir),
+                             ('to-nothing', self.outside_dir + '-none')):
+            link = os.path.join(self.instances_path, name)
+            os.symlink(target, link)
+            exc = self.assertRaises(
+                exception.InvalidPath,
+                prealloc_backend.privsep.fs.zero_fill_range,
+                os.path.join(link, 'victim'), 0, 4096)
+            messages.append(str(exc).replace(name, 'X'))
+        self.assertEqual(messages[0], messages[1])
 
     def test_symlink_inside(self):
         link = os.path.join(self.inst, 'disk.alias')
@@ -194,17 +234,24 @@ class PathRefusalTestCase(BoundaryTestCase):
         self.assert_refused(link, exception.InvalidPath, ['symlink'],
                             [self.disk, link])
 
+    def test_symlinked_directory_inside(self):
+        """Even a symlink to a directory of the tree is refused."""
+        link = os.path.join(self.instances_path, 'inst-alias')
+        os.symlink('inst', link)
+        self.assert_refused(os.path.join(link, 'disk'),
+                            exception.InvalidPath, ['symlink'],
+                            [self.disk, link])
+
     def test_dangling_symlink(self):
         link = os.path.join(self.inst, 'disk.gone')
         os.symlink(os.path.join(self.inst, 'nothing'), link)
-        self.assert_refused(link, exception.InvalidPath, [],
+        self.assert_refused(link, exception.InvalidPath, ['symlink'],
                             [self.disk, link])
         self.assertFalse(os.path.exists(os.path.join(self.inst, 'nothing')))
 
     def test_hard_link_to_outside_file(self):
-        # NOTE: a hard link inside instances_path to a file outside it has
-        # an inside real path; only its link count betrays it. nova never
-        # hard-links instance disks.
+        # NOTE: a hard link inside instances_path to a file outside it is
+        # found by its link count. nova never hard-links instance disks.
         link = os.path.join(self.inst, 'disk.hard')
         os.link(self.victim, link)
         self.assert_refused(link, exception.InvalidPath, ['link'],
@@ -214,9 +261,15 @@ class PathRefusalTestCase(BoundaryTestCase):
         self.assert_refused(self.inst, exception.InvalidPath,
                             ['not a regular file'], [self.disk])
 
-    def test_instances_path_itself(self):
-        self.assert_refused(self.instances_path, exception.InvalidPath, [],
+    def test_file_as_directory(self):
+        self.assert_refused(os.path.join(self.disk, 'x'),
+                            exception.InvalidPath, ['not a directory'],
                             [self.disk])
+
+    def test_instances_path_itself(self):
+        for path in (self.instances_path, self.instances_path + '/'):
+            self.assert_refused(path, exception.InvalidPath, [],
+                                [self.disk])
 
     def test_fifo(self):
         fifo = os.path.join(self.inst, 'disk.fifo')
@@ -231,19 +284,6 @@ class PathRefusalTestCase(BoundaryTestCase):
         sock.bind(path)
         self.assert_refused(path, exception.InvalidPath,
                             ['not a regular file'], [path, self.disk])
-
-    def test_device_nodes(self):
-        pb_fixtures.skip_unless_root(self)
-        null = os.path.join(self.inst, 'disk.null')
-        os.mknod(null, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-        # NOTE: a block node for a loop minor that is not set up: if the
-        # type check failed, opening it would fail too, so the reason is
-        # asserted to be the type check.
-        block = os.path.join(self.inst, 'disk.blk')
-        os.mknod(block, 0o600 | stat.S_IFBLK, os.makedev(7, 250))
-        for node in (null, block):
-            self.assert_refused(node, exception.InvalidPath,
-                                ['not a regular file'], [node, self.disk])
 
     def test_relative_path(self):
         cwd = os.getcwd()
@@ -274,18 +314,164 @@ class PathRefusalTestCase(BoundaryTestCase):
         self.assert_refused(self.disk + '/', exception.InvalidPath, [],
                             [self.disk])
 
-    def test_symlinked_instances_path_is_accepted(self):
-        """Control: instances_path itself a symlink (a common deployment)
-        must not be refused; the refusals above are not blanket ones.
+    def test_valid_disk_control(self):
+        """Control: the disk itself is accepted, so the refusals above are
+        about the paths, not about the setup.
         """
+        fs = prealloc_backend.privsep.fs
+        self.assertEqual(4096, fs.zero_fill_range(self.disk, 65536, 4096))
+        fs.fallocate_range(self.disk, 0, DISK_SIZE)
+        self.assertGreaterEqual(pb_fixtures.allocated(self.disk), DISK_SIZE)
+
+
+class WalkPathRefusalTestCase(PathRefusalTestCase):
+    """The same refusals where openat2(2) is missing (kernel < 5.6): the
+    component-by-component walk. The module's own flag (set when openat2
+    answers ENOSYS) is set, so that this kernel's openat2 is never asked.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.privsep.beneath._openat2_missing', True))
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.privsep.beneath.openat2', self._no_openat2))
+
+    @staticmethod
+    def _no_openat2(*args, **kwargs):
+        raise AssertionError('openat2 called while the walk is forced')
+
+
+class ResolveTestCase(base.TestCase):
+    """beneath.open_beneath: openat2 and the walk agree on every tree."""
+
+    def setUp(self):
+        super().setUp()
+        top = self.useFixture(fixtures.TempDir()).path
+        self.root = os.path.join(top, 'root')
+        os.makedirs(os.path.join(self.root, 'a', 'b'))
+        with open(os.path.join(self.root, 'a', 'b', 'f'), 'w'):
+            pass
+        os.mkdir(os.path.join(top, 'out'))
+        with open(os.path.join(top, 'out', 'f'), 'w'):
+            pass
+        os.symlink(os.path.join(top, 'out'), os.path.join(self.root, 'ln'))
+        os.symlink('b', os.path.join(self.root, 'a', 'rel'))
+        os.symlink('/proc/self/cwd', os.path.join(self.root, 'magic'))
+        os.symlink('f', os.path.join(self.root, 'a', 'b', 'flink'))
+        self.fd = os.open(self.root, beneath.O_PATH_FLAGS)
+        self.addCleanup(os.close, self.fd)
+
+    def outcome(self, parts, force_walk):
+        try:
+            fd = beneath.open_beneath(self.fd, parts, force_walk=force_walk)
+        except OSError as exc:
+            return errno.errorcode[exc.errno]
+        try:
+            st = os.fstat(fd)
+            return stat.S_IFMT(st.st_mode), st.st_ino
+        finally:
+            os.close(fd)
+
+    def test_same_outcomes(self):
+        cases = {
+            ('a', 'b', 'f'): None,
+            ('ln', 'f'): 'ELOOP',
+            ('a', 'rel', 'f'): 'ELOOP',
+            ('magic', 'x'): 'ELOOP',
+            ('a', 'b', 'none'): 'ENOENT',
+            ('a', 'b', 'f', 'x'): 'ENOTDIR',
+            ('a', '..', 'a'): 'EINVAL',
+            ('.',): 'EINVAL',
+            ('',): 'EINVAL',
+        }
+        self.assertNotEqual(None, beneath.SYS_OPENAT2)
+        for parts, wanted in cases.items():
+            by_openat2 = self.outcome(parts, False)
+            by_walk = self.outcome(parts, True)
+            self.assertEqual(by_openat2, by_walk, parts)
+            if wanted is None:
+                self.assertEqual(stat.S_IFREG, by_walk[0], parts)
+            else:
+                self.assertEqual(wanted, by_walk, parts)
+        # A symlink as the last component: a descriptor of the link itself
+        # (O_PATH|O_NOFOLLOW), which the daemon's type check refuses.
+        for force_walk in (False, True):
+            self.assertEqual(stat.S_IFLNK, self.outcome(
+                ('a', 'b', 'flink'), force_walk)[0])
+
+    def test_enosys_falls_back_to_the_walk(self):
+        """openat2 answering ENOSYS (old kernel, some seccomp profiles)
+        switches to the walk for good.
+        """
+        calls = []
+
+        def enosys(*args, **kwargs):
+            calls.append(args)
+            raise OSError(errno.ENOSYS, 'not here')
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.privsep.beneath.openat2', enosys))
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.privsep.beneath._openat2_missing', False))
+        for _ in range(2):
+            self.assertEqual(stat.S_IFREG,
+                             self.outcome(('a', 'b', 'f'), False)[0])
+            self.assertEqual('ELOOP', self.outcome(('ln', 'f'), False))
+        self.assertEqual(1, len(calls))
+
+
+class PinnedRootTestCase(BoundaryTestCase):
+    """instances_path is pinned once; renaming it away changes nothing."""
+
+    def test_swapped_for_symlink_after_pinning(self):
+        fs = prealloc_backend.privsep.fs
+        self.assertEqual(4096, fs.zero_fill_range(self.disk, 65536, 4096))
+        # The nova user owns the parent: it renames instances_path away
+        # and puts a symlink to another tree in its place.
+        moved = self.instances_path + '.moved'
+        os.rename(self.instances_path, moved)
+        self.addCleanup(os.rename, moved, self.instances_path)
+        os.mkdir(os.path.join(self.outside_dir, 'inst'))
+        decoy = make_disk(os.path.join(self.outside_dir, 'inst', 'disk'))
+        os.symlink(self.outside_dir, self.instances_path)
+        self.addCleanup(os.unlink, self.instances_path)
+        before = file_state(decoy)
+        # The daemon still works on the pinned directory, not the decoy.
+        self.assertEqual(4096, fs.zero_fill_range(self.disk, 131072, 4096))
+        fs.fallocate_range(self.disk, 0, DISK_SIZE)
+        self.assertEqual(before, file_state(decoy))
+        self.assertGreaterEqual(
+            pb_fixtures.allocated(os.path.join(moved, 'inst', 'disk')),
+            DISK_SIZE)
+
+    def test_unusable_instances_path(self):
+        fs = prealloc_backend.privsep.fs
         alias = os.path.join(self.scratch, 'instances-alias')
         os.symlink(self.instances_path, alias)
-        self.flags(instances_path=alias)
-        path = os.path.join(alias, 'inst', 'disk')
-        self.assertEqual(4096, prealloc_backend.privsep.fs.zero_fill_range(
-            path, 65536, 4096))
-        prealloc_backend.privsep.fs.fallocate_range(path, 0, DISK_SIZE)
-        self.assertGreaterEqual(pb_fixtures.allocated(self.disk), DISK_SIZE)
+        a_file = os.path.join(self.scratch, 'a-file')
+        open(a_file, 'w').close()
+        for configured, words in (
+                (alias, 'symlink'),
+                (os.path.join(self.scratch, 'none'), 'does not exist'),
+                (a_file, 'not a directory'),
+                ('/', 'root directory'),
+                ('//', 'root directory'),
+                ('relative/path', 'absolute')):
+            self.flags(instances_path=configured)
+            exc = self.assertRaises(
+                exception.InstancesPathUnusable, fs.zero_fill_range,
+                os.path.join('/', configured, 'inst', 'disk'), 0, 4096)
+            self.assertIn(words, str(exc), configured)
+            self.assertIn(repr(configured), str(exc))
+
+    def test_pinned_once(self):
+        fs = prealloc_backend.privsep.fs
+        fs.fallocate_range(self.disk, 0, 4096)
+        root = fs.pinned_root()
+        fs.zero_fill_range(self.disk, 65536, 4096)
+        self.assertIs(root, fs.pinned_root())
+        self.assertEqual(os.stat(self.instances_path).st_ino, root.ino)
 
 
 class SizeRefusalTestCase(BoundaryTestCase):
@@ -337,19 +523,6 @@ class SizeRefusalTestCase(BoundaryTestCase):
                                (2 ** 70, 1), (1, DISK_SIZE)):
             self._refuse(offset, length, length, ['end of the file'])
 
-    def test_larger_than_filesystem(self):
-        """A sparse file larger than its own (loop-mounted) filesystem: a
-        range covering it is refused before any block is allocated.
-        """
-        fs = self.use_loop_fs('ext4', 16)
-        inst = os.path.join(fs.path, 'inst')
-        os.mkdir(inst)
-        self.disk = make_disk(os.path.join(inst, 'disk'), 64 * units.Mi)
-        free_before = os.statvfs(fs.path).f_bfree
-        for length in (64 * units.Mi, 32 * units.Mi):
-            self._refuse(0, length, length, ['larger than the filesystem'])
-        self.assertEqual(free_before, os.statvfs(fs.path).f_bfree)
-
     def _fs_size(self):
         vfs = os.statvfs(self.disk)
         return vfs.f_blocks * vfs.f_frsize
@@ -395,219 +568,180 @@ class CapabilitiesTestCase(base.TestCase):
         self.assertEqual(sorted(ENTRYPOINTS), public)
 
 
-def proc_status(pid):
-    try:
-        with open('/proc/%d/status' % pid) as f:
-            return dict(line.rstrip('\n').split(':\t', 1) for line in f
-                        if ':\t' in line)
-    except (FileNotFoundError, ProcessLookupError):
-        return {}
-
-
-def find_daemons(marker):
-    """pids of live privsep-helper processes whose command line holds
-    ``marker`` (a path unique to the test that started them).
+class ZeroFillTestCase(BoundaryTestCase):
+    """fileops.zero_fill never changes the size and never writes a byte it
+    did not read back as zero in the same pass.
     """
-    pids = []
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            with open('/proc/%s/cmdline' % entry, 'rb') as f:
-                cmdline = f.read().split(b'\0')
-        except OSError:
-            continue
-        if (any(b'privsep-helper' in arg for arg in cmdline) and
-                marker.encode() in cmdline and
-                proc_status(int(entry)).get('State', 'Z')[0] != 'Z'):
-            pids.append(int(entry))
-    return pids
+
+    def _fd(self, path):
+        fd = os.open(path, os.O_RDWR)
+        self.addCleanup(os.close, fd)
+        return fd
+
+    def test_truncated_before_a_write_is_not_grown(self):
+        """The file shrinks between two writes of one pass (the hook runs
+        right before each write): the pass stops, the size stays what the
+        truncate made it.
+        """
+        for cut in (0, 65536, 3 * units.Mi):
+            path = make_disk(os.path.join(self.inst, 'cut%d' % cut))
+            fd = self._fd(path)
+            calls = []
+
+            def before_write(count):
+                calls.append(count)
+                if len(calls) == 2:
+                    os.truncate(path, cut)
+
+            exc = self.assertRaises(fileops.SizeChanged, fileops.zero_fill,
+                                    fd, 0, DISK_SIZE, before_write)
+            self.assertEqual((DISK_SIZE, cut), (exc.before, exc.after))
+            self.assertEqual(cut, os.path.getsize(path))
+            self.assertEqual(calls[0], exc.written)
+
+    def test_short_read_ends_the_pass(self):
+        """The file shrank after the holes were listed: the chunk read
+        short, nothing of it is written and the size is kept.
+        """
+        path = make_disk(os.path.join(self.inst, 'short'))
+        fd = self._fd(path)
+        real_holes = fileops.holes
+
+        def holes_then_truncate(fd_, start, end):
+            found = list(real_holes(fd_, start, end))
+            os.truncate(path, units.Mi + 100)
+            return found
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.fileops.holes', holes_then_truncate))
+        exc = self.assertRaises(fileops.SizeChanged, fileops.zero_fill, fd,
+                                0, DISK_SIZE)
+        self.assertEqual(units.Mi + 100, os.path.getsize(path))
+        self.assertEqual(units.Mi + 100, exc.after)
+
+    def test_only_zeros_overwritten(self):
+        """Data written into a hole after the holes were listed (as a
+        writer would) is read back as data and kept.
+        """
+        path = make_disk(os.path.join(self.inst, 'raced'))
+        fd = self._fd(path)
+        real_holes = fileops.holes
+        pattern = b'\x5c' * 512
+
+        def holes_then_write(fd_, start, end):
+            found = list(real_holes(fd_, start, end))
+            with open(path, 'r+b') as f:
+                for offset in (65536, units.Mi + 1000, 3 * units.Mi - 512):
+                    f.seek(offset)
+                    f.write(pattern)
+            return found
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.fileops.holes', holes_then_write))
+        fileops.zero_fill(fd, 0, DISK_SIZE)
+        with open(path, 'rb') as f:
+            for offset in (65536, units.Mi + 1000, 3 * units.Mi - 512):
+                f.seek(offset)
+                self.assertEqual(pattern, f.read(512), offset)
+        self.assertEqual(DISK_SIZE, os.path.getsize(path))
+
+    def test_entrypoint_reports_a_size_change(self):
+        """Through the entrypoint, a size change is a typed error naming
+        the disk and both sizes.
+        """
+        real = fileops.zero_fill
+
+        def truncating(fd, start, end, before_write=None):
+            def hook(count):
+                os.truncate(self.disk, units.Mi)
+                if before_write:
+                    before_write(count)
+            return real(fd, start, end, hook)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.fileops.zero_fill', truncating))
+        exc = self.assertRaises(
+            exception.DiskChangedDuringFill,
+            prealloc_backend.privsep.fs.unprivileged_zero_fill_range,
+            self.disk, 0, DISK_SIZE)
+        for word in (self.disk, str(DISK_SIZE), str(units.Mi)):
+            self.assertIn(word, str(exc))
+        self.assertEqual(units.Mi, os.path.getsize(self.disk))
 
 
-HUNG = ('the privileged call made after the daemon died never returned: '
-        'oslo.privsep\'s reader thread ended on ECONNRESET without failing '
-        'the outstanding call or marking the channel stopped, so the call '
-        'waits forever (see the reliability report)')
+class QemuLockTestCase(BoundaryTestCase):
+    """QEMU's own image locks, with real qemu-io processes."""
 
+    def _qemu_io(self, path, *commands):
+        return subprocess.run(
+            ['qemu-io', '-f', 'raw'] +
+            [arg for c in commands for arg in ('-c', c)] + [path],
+            capture_output=True, text=True)
 
-def bounded(func, *args, **kwargs):
-    """Run func in a thread for at most DAEMON_WAIT seconds: ('ok', value),
-    ('error', exception) or ('hung', None).
-    """
-    result = []
+    def _qemu_io_open(self, path):
+        """A qemu-io holding the image open for writing (as a running
+        guest holds its disk), until it reads 'quit'.
+        """
+        proc = subprocess.Popen(['qemu-io', '-f', 'raw', path],
+                                stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        # Its prompt comes once the image is open (and locked).
+        probe = os.open(path, os.O_RDONLY)
+        self.addCleanup(os.close, probe)
+        deadline = time.monotonic() + 30
+        while not fileops.ofd_lock_held(probe, fileops.QEMU_WRITER_BYTE):
+            self.assertLess(time.monotonic(), deadline, 'qemu-io never '
+                            'locked the image')
+            time.sleep(0.02)
+        return proc
 
-    def run():
-        try:
-            result.append(('ok', func(*args, **kwargs)))
-        except Exception as exc:
-            result.append(('error', exc))
+    def test_disk_in_use_is_not_zero_filled(self):
+        proc = self._qemu_io_open(self.disk)
+        before = file_state(self.disk)
+        exc = self.assertRaises(
+            exception.DiskInUse,
+            prealloc_backend.privsep.fs.zero_fill_range, self.disk, 0,
+            DISK_SIZE)
+        self.assertIn(self.disk, str(exc))
+        self.assertIn('running guest', str(exc))
+        self.assertEqual(before, file_state(self.disk))
+        proc.communicate('quit\n', timeout=30)
+        # Control: once the guest is gone, the fill works.
+        self.assertGreater(prealloc_backend.privsep.fs.zero_fill_range(
+            self.disk, 0, DISK_SIZE // 2), 0)
+        # fallocate (content unchanged) stays allowed on a disk in use.
+        self._qemu_io_open(self.disk)
+        before = file_state(self.disk)
+        prealloc_backend.privsep.fs.fallocate_range(self.disk, 0, DISK_SIZE)
+        self.assertEqual(before['sha256'], file_state(self.disk)['sha256'])
+        self.assertGreaterEqual(pb_fixtures.allocated(self.disk), DISK_SIZE)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(DAEMON_WAIT)
-    return result[0] if result else ('hung', None)
+    def test_zero_fill_locks_out_qemu_writers(self):
+        """While zero-filling, a QEMU process cannot open the disk for
+        writing: qemu-io run from inside the fill fails on the lock.
+        """
+        seen = []
+        real = fileops.zero_fill
 
+        def fill_with_qemu_io(fd, start, end, before_write=None):
+            def hook(count):
+                if not seen:
+                    seen.append(self._qemu_io(self.disk,
+                                              'write -P 0x77 0 4k'))
+                if before_write:
+                    before_write(count)
+            return real(fd, start, end, hook)
 
-def wait_for(predicate, what):
-    deadline = time.monotonic() + DAEMON_WAIT
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError('gave up waiting for %s' % what)
-
-
-class RealDaemonTestCase(BoundaryTestCase):
-    """The real oslo.privsep daemon, started as root without sudo."""
-
-    def setUp(self):
-        super().setUp()
-        pb_fixtures.skip_unless_root(self)
-        # The daemon's instances_path (from its own --config-file) is a
-        # subdirectory; nova-compute's (this process) is its parent. Only a
-        # check made in the daemon can refuse a path between the two.
-        self.client_root = self.instances_path
-        self.daemon_root = os.path.join(self.client_root, 'daemon-view')
-        os.mkdir(self.daemon_root)
-        self.config = os.path.join(self.scratch, 'privsep-daemon.conf')
-        with open(self.config, 'w') as f:
-            f.write('[DEFAULT]\ninstances_path = %s\n' % self.daemon_root)
-        helper = os.path.join(os.path.dirname(sys.executable),
-                              'privsep-helper')
-        self.flags(group='prealloc_backend_privsep',
-                   helper_command='%s --config-file %s' % (helper,
-                                                           self.config))
-        ctx = prealloc_backend.privsep.ctx
-        self.assertIsNone(ctx.channel, 'a daemon is already running')
-        ctx.set_client_mode(True)
-        self.addCleanup(self._stop_daemons)
-
-    def _stop_daemons(self):
-        ctx = prealloc_backend.privsep.ctx
-        ctx.set_client_mode(False)
-        ctx.stop()
-        # NOTE: the daemon exits when its socket closes; kill only the
-        # daemons this test started (found by its unique config path).
-        for pid in find_daemons(self.config):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def _daemon_pid(self):
-        pids = wait_for(lambda: find_daemons(self.config), 'the daemon')
-        self.assertEqual(1, len(pids), pids)
-        return pids[0]
-
-    def _assert_caps(self, pid):
-        status = proc_status(pid)
-        wanted = '%016x' % (1 << capabilities.CAP_DAC_OVERRIDE)
-        self.assertEqual(wanted, status['CapEff'], status)
-        self.assertEqual(wanted, status['CapPrm'], status)
-        self.assertEqual('%016x' % 0, status['CapInh'], status)
-        self.assertEqual('%016x' % 0, status.get('CapAmb', '0' * 16), status)
-
-    def test_daemon(self):
-        fs = prealloc_backend.privsep.fs
-        inst = os.path.join(self.daemon_root, 'inst')
-        os.mkdir(inst)
-        disk = make_disk(os.path.join(inst, 'disk'))
-
-        # 1. Every argument reaches the daemon. First call (over data, so
-        # nothing changes): the daemon starts with its one capability.
-        fs.fallocate_range(disk, 0, 4096)
-        self.assertEqual(DISK_SIZE - 65536 - 4096,
-                         pb_fixtures.hole_bytes(disk))
-        pid = self._daemon_pid()
-        self.assertNotEqual(os.getpid(), pid)
-        self._assert_caps(pid)
-        # zero_fill_range: the written count proves the length, the data
-        # map proves the offset (positional, then keyword arguments).
-        self.assertEqual(8192, fs.zero_fill_range(disk, units.Mi + 4096,
-                                                  8192))
-        self.assertEqual(12288, fs.zero_fill_range(
-            path=disk, offset=3 * units.Mi, length=12288))
-        data = [(start * 4096, length * 4096)
-                for start, length, unwritten in extents(disk)
-                if not unwritten]
-        self.assertIn((units.Mi + 4096, 8192), data)
-        self.assertIn((3 * units.Mi, 12288), data)
-        # fallocate_range: an unwritten extent exactly where asked.
-        fs.fallocate_range(disk, 3 * units.Mi + 65536, 131072)
-        self.assertIn((3 * units.Mi + 65536, 131072, True),
-                      [(s * 4096, n * 4096, u) for s, n, u in extents(disk)])
-        self.assertEqual(DISK_SIZE, os.path.getsize(disk))
-
-        # 2. The daemon checks paths against its own instances_path.
-        between = os.path.join(self.client_root, 'inst')  # client's view
-        victim = make_disk(os.path.join(between, 'victim'))
-        self.assertTrue(pb_fixtures.hole_bytes(victim))  # client: ok
-        os.symlink(victim, os.path.join(inst, 'disk.link'))
-        before = file_state(victim)
-        for path in (victim, os.path.join(inst, 'disk.link'),
-                     os.path.join(inst, '..', '..', 'inst', 'victim')):
-            for name in ENTRYPOINTS:
-                exc = self.assertRaises(exception.InvalidPath, call, name,
-                                        path, 0, 4096)
-                self.assertIn('outside instances_path %s' % self.daemon_root,
-                              str(exc))
-        exc = self.assertRaises(exception.InvalidSize, fs.fallocate_range,
-                                disk, 0, True)
-        self.assertIn('bool', str(exc))
-        self.assertEqual(before, file_state(victim))
-        self.assertEqual(pid, self._daemon_pid(), 'the daemon restarted')
-
-        # 3. The daemon dies between two calls: the next call restarts it
-        # (or fails loudly); it never returns without doing its work and
-        # never blocks for good.
-        os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not find_daemons(self.config), 'the daemon to die')
-        target = make_disk(os.path.join(inst, 'disk2'))
-        outcome, value = bounded(fs.zero_fill_range, target, 0, DISK_SIZE)
-        self.assertNotEqual('hung', outcome, HUNG)
-        if outcome == 'error':
-            # A loud failure is acceptable; it must say what happened, and
-            # the call after it must work.
-            LOG.info('first call after the daemon died: %r', value)
-            self.assertTrue(str(value), repr(value))
-            outcome, value = bounded(fs.zero_fill_range, target, 0,
-                                     DISK_SIZE)
-            self.assertEqual('ok', outcome, value)
-        self.assertEqual(DISK_SIZE - 65536 - 4096, value)
-        self.assertEqual(0, pb_fixtures.hole_bytes(target))
-        new_pid = self._daemon_pid()
-        self.assertNotEqual(pid, new_pid)
-        self._assert_caps(new_pid)
-
-        # 4. The same through the backend: a raw 'full' disk made right
-        # after the daemon was killed is fully written, not silently thin.
-        os.kill(new_pid, signal.SIGKILL)
-        wait_for(lambda: not find_daemons(self.config), 'the daemon to die')
-        self.flags(instances_path=self.daemon_root)
-        self.flags(group='prealloc_backend', mode='full')
-        source = make_disk(os.path.join(self.scratch, 'image'))
-        instance = self.make_instance()
-
-        def fetch(target, *args, **kwargs):
-            subprocess.run(['cp', '--sparse=always', source, target],
-                           check=True)
-
-        def spawn():
-            image = backend.Backend(False).by_name(instance, 'disk', 'raw')
-            image.cache(fetch_func=fetch, filename='img', size=DISK_SIZE,
-                        image_id='img')
-            return image.path
-
-        outcome, value = bounded(spawn)
-        self.assertNotEqual('hung', outcome, HUNG)
-        if outcome == 'error':
-            LOG.info('spawn right after the daemon died: %r', value)
-            self.assertIsInstance(value, exception.PreallocError)
-            self.assertEqual([], os.listdir(os.path.join(
-                self.daemon_root, instance.uuid)))
-            outcome, value = bounded(spawn)
-            self.assertEqual('ok', outcome, value)
-        self.assertEqual(0, pb_fixtures.hole_bytes(value))
-        self.assertGreaterEqual(pb_fixtures.allocated(value), DISK_SIZE)
-        self._assert_caps(self._daemon_pid())
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.fileops.zero_fill', fill_with_qemu_io))
+        prealloc_backend.privsep.fs.zero_fill_range(self.disk, 0, DISK_SIZE)
+        self.assertEqual(1, seen[0].returncode, seen[0])
+        self.assertIn('Failed to get "write" lock', seen[0].stderr)
+        with open(self.disk, 'rb') as f:
+            self.assertEqual(b'\xa5' * 4096, f.read(4096))
+        # Control: after the fill the same qemu-io works.
+        self.assertEqual(0, self._qemu_io(self.disk,
+                                          'write -P 0x77 0 4k').returncode)

@@ -193,3 +193,22 @@ class TestBuiltInRule(FilterTestCase):
         self.assert_refused(userargs)
         self.assertEqual(BUILT_IN,
                          self.match(userargs, self.all_filters).name)
+
+    def test_catch_all_allows_any_context_and_options(self):
+        """What README says the built-in rule implies: any configuration
+        file, any option, any context (nova's CAP_SYS_ADMIN one included).
+        """
+        import nova.privsep
+
+        for userargs in (
+                self.command(['/home/nova/mine.conf'],
+                             ctx=nova.privsep.sys_admin_pctxt),
+                self.command(['/etc/nova/nova.conf']) +
+                ['--log-file', '/etc/shadow'],
+                ['privsep-helper', '--privsep_context',
+                 'prealloc_backend.privsep.ctx']):
+            self.assert_refused(userargs)
+            matched = self.match(userargs, self.all_filters)
+            self.assertEqual(BUILT_IN, matched.name)
+            self.assertIsInstance(matched, rootwrap_filters.CommandFilter)
+            self.assertEqual('root', matched.run_as)
