@@ -102,12 +102,9 @@ RUN_AS_ROOT = {
 
 
 def _which(command):
-    # NOTE: a user's PATH often lacks the sbin directories (mkfs.xfs,
-    # losetup, useradd live there on Debian); the tests run them by name,
-    # so the check looks where a root shell would.
-    path = os.environ.get('PATH', os.defpath)
-    path = os.pathsep.join([path, '/usr/local/sbin', '/usr/sbin', '/sbin'])
-    return shutil.which(command, path=path)
+    # NOTE: the PATH the tests see (tox.ini adds the sbin directories,
+    # which Debian leaves out of a user's PATH).
+    return shutil.which(command)
 
 
 def _libvirtd_answers():
