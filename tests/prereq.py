@@ -52,6 +52,7 @@ PACKAGES = {
     'umount': 'mount',
     'filefrag': 'e2fsprogs',
     'mkfs.ext4': 'e2fsprogs',
+    'e2label': 'e2fsprogs',
     'mkfs.xfs': 'xfsprogs',
     'useradd': 'passwd',
     'virt-xml-validate': 'libvirt-clients',
@@ -73,7 +74,9 @@ MODULES = {
                 'libvirt-dev pkg-config gcc libc6-dev python3-dev'),
 }
 
-COMMON = ('qemu-img', 'qemu-io', 'fallocate', 'filefrag', 'privsep-helper')
+# e2label: nova's disk.extend runs it when a raw disk grows.
+COMMON = ('qemu-img', 'qemu-io', 'fallocate', 'filefrag', 'e2label',
+          'privsep-helper')
 LOOP = ('mkfs.ext4', 'mkfs.xfs', 'mount', 'umount', 'losetup')
 
 # tier package -> (what it needs, what it needs only when run as root).
