@@ -23,16 +23,19 @@ elapsed() { echo "$(( $(date +%s) - STARTED )) s"; }
 
 is_root() { [ "$(id -u)" = 0 ]; }
 
-# AS_ROOT: the prefix that runs a command as root ("" or "sudo").
+# AS_ROOT: the prefix that runs a command as root ("" or "sudo"). Neither
+# root nor sudo: NO_ROOT says what to do, and apt_install stops with it
+# when a package is missing (with everything installed, nothing needs root).
 AS_ROOT=()
+NO_ROOT=
 choose_root_prefix() {
   if is_root; then
     AS_ROOT=()
   elif command -v sudo >/dev/null 2>&1; then
     AS_ROOT=(sudo env DEBIAN_FRONTEND=noninteractive)
   else
-    die "installing packages needs root or sudo: run this as root, or" \
-        "install sudo and allow this user to use it ($1)"
+    NO_ROOT="installing packages needs root or sudo: run this as root, or"
+    NO_ROOT="$NO_ROOT install sudo and allow this user to use it ($1)"
   fi
 }
 
@@ -57,6 +60,9 @@ apt_install() {
   missing=$(missing_packages "$@")
   if [ -z "$missing" ]; then
     return 0
+  fi
+  if [ -n "$NO_ROOT" ]; then
+    die "$missing missing; $NO_ROOT"
   fi
   log=$(mktemp /tmp/prealloc-apt.XXXXXX)
   if [ "$APT_UPDATED" = 0 ]; then
