@@ -16,3 +16,9 @@
 # autopep8: off
 from nova import monkey_patch ; monkey_patch.patch()  # noqa
 # autopep8: on
+from tests import prereq  # noqa: E402
+
+
+def load_tests(loader, standard_tests, pattern):
+    """The tier's tests, or one line saying what the machine lacks."""
+    return prereq.load_tier(__name__, loader, standard_tests, pattern)

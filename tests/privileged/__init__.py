@@ -18,3 +18,9 @@ for the test. Run with ``tox -e privileged`` (as root).
 """
 
 from nova import monkey_patch; monkey_patch.patch()  # noqa
+from tests import prereq  # noqa: E402
+
+
+def load_tests(loader, standard_tests, pattern):
+    """The tier's tests, or one line saying what the machine lacks."""
+    return prereq.load_tier(__name__, loader, standard_tests, pattern)
