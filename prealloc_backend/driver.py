@@ -150,7 +150,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 # Not a first build (rebuild, evacuate, unshelve): nova's
                 # own handling of a failed spawn applies.
                 raise
-            reason = exc.format_message()
+            reason = _short_reason(exc)
             if isinstance(exc, (nova_exception.Invalid,
                                 exception.AllocationCancelled)):
                 # The same on every host (an invalid flavor policy or
@@ -167,38 +167,75 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 reason=reason) from exc
 
 
+def _short_reason(exc):
+    """The reason for nova's fault: nova keeps 255 characters of a fault
+    message, and after a rescheduled build's "Exceeded maximum number of
+    retries. ... Last exception: Insufficient compute resources: " about 80
+    are left: figures first, the disk's path last.
+    """
+    if isinstance(exc, exception.InsufficientDiskSpace):
+        return ('Not enough space to preallocate: %(needed)s bytes needed, '
+                '%(free)s bytes free (disk %(path)s)' % exc.kwargs)
+    return exc.format_message()
+
+
 class _DiskEvent:
     """DISK_EVENT of the instance's current action, on this host.
 
-    nova's EventReporter, except that an instance without a current action
-    (no request id, or an action-less operation) records nothing instead
-    of failing the disk work.
+    nova's EventReporter, with two differences:
+
+    * nova finishes "the" event of an action by name (the first row of
+      that name), so a rescheduled build's second host would overwrite the
+      first host's event: each host's event gets its own name,
+      DISK_EVENT, then DISK_EVENT + '_2', '_3'... in the order hosts tried;
+    * an instance without a current action (an action-less operation)
+      records nothing instead of failing the disk work.
     """
 
     def __init__(self, context, instance):
         self.context = context
         self.uuid = instance.uuid
-        self.started = False
+        self.name = None
+
+    def _free_name(self):
+        action = objects.InstanceAction.get_by_request_id(
+            self.context, self.uuid, self.context.request_id)
+        if action is None:
+            return None
+        used = {event.event for event in
+                objects.InstanceActionEventList.get_by_action(
+                    self.context, action.id)}
+        name, attempt = DISK_EVENT, 1
+        while name in used:
+            attempt += 1
+            name = '%s_%d' % (DISK_EVENT, attempt)
+        return name
 
     def __enter__(self):
+        if self.context is None:
+            return self
         try:
-            objects.InstanceActionEvent.event_start(
-                self.context, self.uuid, DISK_EVENT, want_result=False,
-                host=CONF.host)
-            self.started = True
+            name = self._free_name()
+            if name:
+                objects.InstanceActionEvent.event_start(
+                    self.context, self.uuid, name, want_result=False,
+                    host=CONF.host)
+                self.name = name
         except nova_exception.InstanceActionNotFound:
+            pass
+        if not self.name:
             LOG.debug('No instance action to record %s in', DISK_EVENT)
         return self
 
     def __exit__(self, exc_type, exc_val, exc_tb):
-        if not self.started:
+        if not self.name:
             return False
         try:
             objects.InstanceActionEvent.event_finish_with_failure(
-                self.context, self.uuid, DISK_EVENT, exc_val=exc_val,
+                self.context, self.uuid, self.name, exc_val=exc_val,
                 exc_tb=exc_tb, want_result=False)
         except Exception:
             # Never hide the disk work's own outcome behind the event's.
-            LOG.warning('Could not record the %s event', DISK_EVENT,
+            LOG.warning('Could not record the %s event', self.name,
                         exc_info=True)
         return False

@@ -349,7 +349,8 @@ class MultiHostTestBase(base.ServersTestBase):
             return super().start_compute(hostname=hostname, **kwargs)
 
     def add_host(self, name, fmt='qcow2', mode='space', shared=False,
-                 stock=False, instances_path=None, **prealloc_opts):
+                 stock=False, instances_path=None, host_info=None,
+                 **prealloc_opts):
         """Start compute host ``name``: disks ``fmt`` (qcow2 overlays or raw
         files) in ``mode``; its own instance directory unless ``shared``;
         nova's own LibvirtDriver if ``stock``.
@@ -372,7 +373,7 @@ class MultiHostTestBase(base.ServersTestBase):
         host.set('prealloc_backend', **prealloc_opts)
         host.set(compute_driver=('libvirt.LibvirtDriver' if stock
                                  else base.driver.COMPUTE_DRIVER))
-        self.start_compute(hostname=name)
+        self.start_compute(hostname=name, host_info=host_info)
         compute_driver = self.computes[name].driver
         if stock:
             self.assertNotIsInstance(compute_driver,

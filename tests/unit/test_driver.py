@@ -89,8 +89,8 @@ class TestLoading(base.TestCase):
         _instance, spawn = self._failed_spawn(error, 'building')
         exc = self.assertRaises(nova_exception.ComputeResourcesUnavailable,
                                 spawn)
-        self.assertIn('/i/disk: 10 bytes needed, 1 bytes free',
-                      exc.format_message())
+        self.assertIn('Not enough space to preallocate: 10 bytes needed, 1 '
+                      'bytes free (disk /i/disk)', exc.format_message())
 
     def test_invalid_policy_aborts_build(self):
         error = exception.InvalidFlavorPolicy(
