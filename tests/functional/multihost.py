@@ -54,7 +54,7 @@ import threading
 import fixtures
 from nova.compute import manager as compute_manager
 from nova import thread_pool_factory
-from nova import utils as nova_utils
+from nova.virt.libvirt import driver as libvirt_driver
 from oslo_concurrency import processutils
 from oslo_config import cfg
 from oslo_messaging.rpc import dispatcher as rpc_dispatcher
@@ -249,6 +249,24 @@ class HostScope(fixtures.Fixture):
 
         self.useFixture(fixtures.MonkeyPatch('nova.utils.ssh_execute',
                                              ssh_execute))
+
+        # nova's shared-storage check for an instance: one host makes a file
+        # in its instance directory and sends the file's PATH over RPC to
+        # the other, which looks for it: the same path string on the other
+        # host is that host's file.
+        original_remote = (libvirt_driver.LibvirtDriver.
+                           check_instance_shared_storage_remote)
+
+        def check_remote(driver, context, data):
+            host = scope.current()
+            if host is not None and data and data.get('filename'):
+                data = dict(data, filename=scope.moved(data['filename'],
+                                                       host))
+            return original_remote(driver, context, data)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.libvirt.driver.LibvirtDriver.'
+            'check_instance_shared_storage_remote', check_remote))
         self.useFixture(fixtures.MonkeyPatch(
             'nova.virt.libvirt.volume.remotefs.processutils',
             _RemoteProcessutils(scope)))
@@ -344,9 +362,13 @@ class MultiHostTestBase(base.ServersTestBase):
         self.flags(allow_resize_to_same_host=False)
         self.shared_path = self.instances_path
 
-    def start_compute(self, hostname='compute1', **kwargs):
+    def start_compute(self, hostname='compute1', *args, **kwargs):
         with self.scope.on(hostname):
-            return super().start_compute(hostname=hostname, **kwargs)
+            return super().start_compute(hostname, *args, **kwargs)
+
+    def force_down(self, host, down=True):
+        service = self.api.get_services(binary='nova-compute', host=host)[0]
+        self.api.put_service(service['id'], {'forced_down': down})
 
     def add_host(self, name, fmt='qcow2', mode='space', shared=False,
                  stock=False, instances_path=None, host_info=None,
@@ -369,7 +391,13 @@ class MultiHostTestBase(base.ServersTestBase):
         else:
             host.set(use_cow_images=False)
             host.set('libvirt', images_type='raw')
-        host.set(preallocate_images=mode)
+        # nova's preallocate_images knows none and space; the plugin's other
+        # modes are [prealloc_backend] mode (as tests/functional/test_boot).
+        if mode in ('none', 'space'):
+            host.set(preallocate_images=mode)
+        else:
+            host.set(preallocate_images='none')
+            prealloc_opts['mode'] = mode
         host.set('prealloc_backend', **prealloc_opts)
         host.set(compute_driver=('libvirt.LibvirtDriver' if stock
                                  else base.driver.COMPUTE_DRIVER))
@@ -408,9 +436,12 @@ class MultiHostTestBase(base.ServersTestBase):
 
     def assertNothingLeft(self, server, host):
         """No directory, disk, journal or temporary file of ``server`` on
-        ``host`` (after it left it).
+        ``host`` (after it left it); with shared storage, no ``_resize``
+        directory (the instance directory is the server's).
         """
         root = self.scope.hosts[host].instances_path
         left = [name for name in os.listdir(root)
                 if name.startswith(server['id'])]
+        if root == self.shared_path:
+            left = [name for name in left if name != server['id']]
         self.assertEqual([], left, 'left on %s: %s' % (host, left))
