@@ -45,8 +45,8 @@ class TestEvacuate(test_migrate._MigrateMixin,
         self.assertEqual([], base.journal_files(self.host_dir('dst',
                                                               server)))
         # The failed host comes back: nova deletes what it held.
-        self.force_down('src', False)
         self.restart_compute_service('src')
+        self.force_down('src', False)
         self.assertNothingLeft(server, 'src')
 
     def test_space(self):
