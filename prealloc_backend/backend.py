@@ -354,9 +354,13 @@ class _PreallocImage:
         current = info['virtual-size']
         if size <= current:
             return False
-        preallocation = policy.qcow2_resize_preallocation(
-            self.prealloc_mode, self._fallocate_ok(),
-            self._opts.fallocate_unsupported, self.path, self._fstype())
+        mode = self.prealloc_mode
+        preallocation = policy.QEMU_PREALLOCATION[mode]
+        if mode is modes.Mode.SPACE and not self._fallocate_ok():
+            preallocation = policy.qcow2_overlay_layout(
+                mode, size, True, '128K', False,
+                self._opts.fallocate_unsupported, self.path,
+                self._fstype()).preallocation
         data = info.get('format-specific', {}).get('data', {})
         extended_l2 = bool(data.get('extended-l2', False))
         if (preallocation != 'off' and info.get('backing-filename') and
@@ -405,9 +409,8 @@ class _PreallocImage:
                         {'path': self.path, 'err': exc})
             return info
         data = qinfo.get('format-specific', {}).get('data', {})
-        max_size = policy.metadata_cache_bytes(
-            self._opts.qcow2_l2_cache, self._opts.qcow2_metadata_cache_max_mb,
-            qinfo['virtual-size'], qinfo.get('cluster-size'),
+        max_size = policy.metadata_cache_for(
+            self._opts, qinfo['virtual-size'], qinfo.get('cluster-size'),
             bool(data.get('extended-l2', False)))
         if max_size:
             info = guestxml.with_metadata_cache(info, max_size)
@@ -479,8 +482,9 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
         if layout.warning:
             LOG.warning('%(path)s: %(warning)s',
                         {'path': self.path, 'warning': layout.warning})
-        needed = qemu.measure(virtual_size, layout.preallocation,
-                              layout.cluster_size, layout.extended_l2)
+        needed = policy.qcow2_needed_bytes(
+            virtual_size, policy.Qcow2Preallocation(layout.preallocation),
+            layout.cluster_size, layout.extended_l2)
         fsprobe.check_free_space(self.path, needed)
         tmp = self.path + TMP_SUFFIX
 

@@ -24,13 +24,15 @@ From microversion 2.86 on, nova-api then refuses, with HTTP 400:
   valid extra spec".)
 
 Keys outside the namespace are not affected. The allowed values come from
-prealloc_backend.modes, which the compute side parses them with.
+prealloc_backend.modes and prealloc_backend.policy, which the compute side
+parses them with.
 """
 
 from nova.api.validation.extra_specs import base
 from nova import exception as nova_exception
 
 from prealloc_backend import modes
+from prealloc_backend import policy
 
 NAMESPACE = modes.FLAVOR_MODE_KEY.split(':', 1)[0]
 
@@ -56,7 +58,29 @@ mode_validator = base.ExtraSpecValidator(
     },
 )
 
-KNOWN_KEYS = [mode_validator.name]
+CLUSTER_SIZE_VALUES = list(policy.CLUSTER_SIZES)
+
+cluster_size_validator = base.ExtraSpecValidator(
+    name=policy.FLAVOR_CLUSTER_KEY,
+    description=(
+        'Cluster size of the qcow2 overlays the plugin creates for this '
+        "flavor's instances (modes metadata, space and full), overriding "
+        "the compute host's [prealloc_backend] qcow2_cluster_size (128K by "
+        'default: 4 KiB subclusters). Larger clusters have larger '
+        'subclusters: every 4 KiB guest write into a new subcluster also '
+        'copies the rest of it from the backing file (measured 0.36x a raw '
+        'file at 256K, 0.12x at 2M); choose them only for workloads that '
+        'write in large blocks. Only honoured by compute hosts running the '
+        'prealloc_backend driver, on new qcow2 overlays.'
+    ),
+    value={
+        'type': str,
+        'description': 'The qcow2 cluster size.',
+        'enum': CLUSTER_SIZE_VALUES,
+    },
+)
+
+KNOWN_KEYS = [mode_validator.name, cluster_size_validator.name]
 
 
 class UnknownKeyValidator(base.ExtraSpecValidator):
@@ -72,9 +96,10 @@ class UnknownKeyValidator(base.ExtraSpecValidator):
     def validate(self, name, value):
         raise nova_exception.ValidationError(
             "Validation failed; extra spec '%s' is not a known %s extra "
-            "spec: allowed keys are %s (%s allows %s)." % (
+            "spec: allowed keys are %s (%s allows %s; %s allows %s)." % (
                 name, NAMESPACE, ', '.join(KNOWN_KEYS),
-                modes.FLAVOR_MODE_KEY, ', '.join(MODE_VALUES)))
+                modes.FLAVOR_MODE_KEY, ', '.join(MODE_VALUES),
+                policy.FLAVOR_CLUSTER_KEY, ', '.join(CLUSTER_SIZE_VALUES)))
 
 
 unknown_key_validator = UnknownKeyValidator(
@@ -100,4 +125,4 @@ unknown_key_validator = UnknownKeyValidator(
 
 def register():
     """Entry point of ``nova.api.extra_spec_validators``."""
-    return [mode_validator, unknown_key_validator]
+    return [mode_validator, cluster_size_validator, unknown_key_validator]

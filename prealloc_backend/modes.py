@@ -74,9 +74,15 @@ def instance_mode(conf, extra_specs):
     """The mode for an instance: its flavor's ``prealloc:mode`` extra spec
     when set, else the host's mode.
     """
+    mode = flavor_mode(extra_specs, None)
+    return mode if mode is not None else host_mode(conf)
+
+
+def flavor_mode(extra_specs, default):
+    """The flavor's ``prealloc:mode`` as a Mode, or ``default`` unset."""
     value = (extra_specs or {}).get(FLAVOR_MODE_KEY)
     if value is None:
-        return host_mode(conf)
+        return default
     try:
         return Mode(str(value).strip().lower())
     except ValueError:

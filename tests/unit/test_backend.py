@@ -99,7 +99,7 @@ class TestQcow2Overlay(BackendTestCase):
         self.assertEqual(DISK, info['virtual-size'])
         self.assertEqual(base_path, info['backing-filename'])
         self.assertTrue(info['format-specific']['data']['extended-l2'])
-        self.assertEqual(64 * units.Ki, info['cluster-size'])
+        self.assertEqual(128 * units.Ki, info['cluster-size'])
         alloc = pb_fixtures.allocated(img.path)
         self.assertGreaterEqual(alloc, self.min_alloc)
         self.assertLessEqual(alloc, self.max_alloc)
@@ -294,10 +294,8 @@ class TestGuestXML(BackendTestCase):
         driver = dev.find('driver')
         self.assertEqual('qcow2', driver.get('type'))
         self.assertEqual('native', driver.get('io'))
-        max_size = driver.find('metadata_cache/max_size')
-        self.assertEqual('bytes', max_size.get('unit'))
-        # 1 GiB at 64K: four 64K L2 tables + four refcount clusters.
-        self.assertEqual(str(8 * 64 * units.Ki), max_size.text)
+        # QEMU's default cache covers 1 GiB: no element.
+        self.assertIsNone(driver.find('metadata_cache'))
 
     def test_qemu_default_policy(self):
         self.flags(qcow2_l2_cache='qemu-default', group='prealloc_backend')
@@ -380,7 +378,7 @@ class TestFailures(BackendTestCase):
         self.useFixture(fixtures.EnvironmentVariable('LC_ALL', 'C'))
         self.flags(allocation_timeout=0, group='prealloc_backend')
         bad_cluster = self.useFixture(fixtures.MockPatchObject(
-            backend.policy, 'cluster_size', return_value=4096))
+            backend.policy, 'chosen_cluster_size', return_value=4096))
         exc = self.assertRaises(exception.QemuImgError, self.cache, img,
                                 'qcow2')
         self.assertTrue(bad_cluster.mock.called)

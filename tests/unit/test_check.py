@@ -171,7 +171,7 @@ class TestHealthyHost(CheckTestCase):
         # falloc: the whole disk plus metadata, as qemu-img measures it.
         measured = json.loads(subprocess.run(
             ['qemu-img', 'measure', '--output=json', '-O', 'qcow2', '-o',
-             'cluster_size=65536,extended_l2=on,preallocation=falloc',
+             'cluster_size=131072,extended_l2=on,preallocation=falloc',
              '--size', str(64 * units.Mi)], check=True, capture_output=True,
             text=True).stdout)
         self.assertEqual(measured['fully-allocated'], space['needed_bytes'])

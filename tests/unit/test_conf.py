@@ -86,7 +86,7 @@ class TestOpts(base.TestCase):
         conf.register_opts(fresh)
         fresh([], default_config_files=[])
         self.assertIsNone(fresh.prealloc_backend.mode)
-        self.assertEqual('auto', fresh.prealloc_backend.qcow2_cluster_size)
+        self.assertEqual('128K', fresh.prealloc_backend.qcow2_cluster_size)
 
     def test_every_option_has_choices_or_bounds(self):
         for opt in conf.prealloc_opts:

@@ -28,6 +28,7 @@ from stevedore import extension
 from prealloc_backend import conf
 from prealloc_backend import extra_specs
 from prealloc_backend import modes
+from prealloc_backend import policy
 
 
 class TestEntryPoint(base.BaseTestCase):
@@ -70,23 +71,46 @@ class TestModeValues(base.BaseTestCase):
             self.assertIn('none, metadata, space, full', str(exc))
 
 
+class TestClusterSizeValues(base.BaseTestCase):
+
+    def test_every_accepted_value_is_a_size_the_plan_uses(self):
+        self.assertEqual(['64K', '128K', '256K', '512K', '1M', '2M'],
+                         extra_specs.cluster_size_validator.value['enum'])
+        opts = conf.CONF.prealloc_backend
+        for value in extra_specs.cluster_size_validator.value['enum']:
+            validators.validate(policy.FLAVOR_CLUSTER_KEY, value)
+            self.assertEqual(
+                policy.CLUSTER_SIZES[value],
+                policy.chosen_cluster_size(
+                    opts, {policy.FLAVOR_CLUSTER_KEY: value}))
+
+    def test_bad_values_refused_naming_allowed_values(self):
+        for value in ('auto', '32K', '4M', '65536', ''):
+            exc = self.assertRaises(nova_exception.ValidationError,
+                                    validators.validate,
+                                    policy.FLAVOR_CLUSTER_KEY, value)
+            self.assertEqual(400, exc.code)
+            self.assertIn('64K, 128K, 256K, 512K, 1M, 2M', str(exc))
+
+
 class TestUnknownKeys(base.BaseTestCase):
 
     def test_unknown_keys_in_namespace_refused_naming_known_keys(self):
-        for key in ('prealloc:mdoe', 'prealloc:cluster_size', 'prealloc:',
+        for key in ('prealloc:mdoe', 'prealloc:cluster', 'prealloc:',
                     'prealloc:mode2', 'prealloc:mode:x', 'prealloc:xmode'):
             exc = self.assertRaises(nova_exception.ValidationError,
                                     validators.validate, key, 'space')
             self.assertEqual(400, exc.code)
             self.assertIn("'%s'" % key, str(exc))
-            self.assertIn('allowed keys are prealloc:mode', str(exc))
+            self.assertIn('allowed keys are prealloc:mode, '
+                          'prealloc:cluster_size', str(exc))
             self.assertIn('none, metadata, space, full', str(exc))
 
     def test_catch_all_does_not_claim_known_keys(self):
         # Whatever order nova tries the patterns in.
-        self.assertIsNone(re.fullmatch(
-            extra_specs.unknown_key_validator.name_regex,
-            modes.FLAVOR_MODE_KEY))
+        for key in (modes.FLAVOR_MODE_KEY, policy.FLAVOR_CLUSTER_KEY):
+            self.assertIsNone(re.fullmatch(
+                extra_specs.unknown_key_validator.name_regex, key))
         self.assertIsNotNone(re.fullmatch(
             extra_specs.unknown_key_validator.name_regex, 'prealloc:other'))
 
@@ -102,7 +126,8 @@ class TestUnknownKeys(base.BaseTestCase):
 
     def test_register_returns_validators(self):
         registered = extra_specs.register()
-        self.assertEqual([modes.FLAVOR_MODE_KEY, 'prealloc:{key}'],
+        self.assertEqual([modes.FLAVOR_MODE_KEY, policy.FLAVOR_CLUSTER_KEY,
+                          'prealloc:{key}'],
                          [v.name for v in registered])
         for validator in registered:
             self.assertTrue(validator.description)

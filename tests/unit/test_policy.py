@@ -10,173 +10,391 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The pure decisions: cluster size, cache size, layouts, raw plans."""
+"""The disk plan: layout, raw actions, needed bytes, metadata cache.
 
+Needed bytes are compared with what qemu-img itself measures and creates
+(qemu-img runs here without root).
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+
+import fixtures
 from oslo_utils import units
 import testscenarios
-import testtools
 
 from prealloc_backend import exception
 from prealloc_backend.modes import Mode
 from prealloc_backend import policy
+from prealloc_backend.policy import DiskFormat
+from prealloc_backend.policy import Qcow2Preallocation as P
+from prealloc_backend.policy import RawAction
+from tests import base
 
 load_tests = testscenarios.load_tests_apply_scenarios
 
-
-class TestAutoClusterSize(testtools.TestCase):
-    # (virtual size, expected cluster) with extended_l2: QEMU's default
-    # 32 MiB cache of 16-byte entries maps 2 Mi clusters.
-    scenarios = [
-        ('1G', {'size': units.Gi, 'cluster': 64 * units.Ki}),
-        ('128G', {'size': 128 * units.Gi, 'cluster': 64 * units.Ki}),
-        ('128G+1', {'size': 128 * units.Gi + 1, 'cluster': 128 * units.Ki}),
-        ('256G', {'size': 256 * units.Gi, 'cluster': 128 * units.Ki}),
-        ('500G', {'size': 500 * units.Gi, 'cluster': 256 * units.Ki}),
-        ('1T', {'size': units.Ti, 'cluster': 512 * units.Ki}),
-        ('2T', {'size': 2 * units.Ti, 'cluster': units.Mi}),
-        ('3T', {'size': 3 * units.Ti, 'cluster': 2 * units.Mi}),
-        ('64T', {'size': 64 * units.Ti, 'cluster': 2 * units.Mi}),
-    ]
-
-    def test_auto(self):
-        cluster = policy.cluster_size('auto', self.size, extended_l2=True)
-        self.assertEqual(self.cluster, cluster)
-        if self.size <= 4 * units.Ti:
-            # The point of the choice: the default cache covers the disk.
-            self.assertGreaterEqual(policy.l2_coverage(cluster, True),
-                                    self.size)
+RAW = DiskFormat.RAW
+QCOW2 = DiskFormat.QCOW2
+ROOMY = policy.FsFacts(fallocate_ok=True, fstype='xfs', free_bytes=units.Pi)
+NO_FALLOCATE = policy.FsFacts(fallocate_ok=False, fstype='ext3',
+                              free_bytes=units.Pi)
+GROUP = 'prealloc_backend'
 
 
-class TestClusterSize(testtools.TestCase):
+class PlanTestCase(base.TestCase):
 
-    def test_without_extended_l2_entries_are_8_bytes(self):
-        self.assertEqual(64 * units.Ki,
-                         policy.cluster_size('auto', 256 * units.Gi, False))
-        self.assertEqual(128 * units.Ki,
-                         policy.cluster_size('auto', 257 * units.Gi, False))
+    def plan(self, mode, fmt=QCOW2, size=units.Gi, fs=ROOMY, specs=None,
+             **kwargs):
+        return policy.make_plan(base.CONF.prealloc_backend, specs, mode, fmt,
+                                size, fs, path='/i/disk', **kwargs)
 
-    def test_fixed(self):
+
+class TestClusterSize(PlanTestCase):
+
+    def test_128k_at_every_size(self):
+        for size in (units.Mi, units.Gi, 128 * units.Gi + 1, units.Ti,
+                     64 * units.Ti):
+            for mode in (Mode.METADATA, Mode.SPACE, Mode.FULL):
+                plan = self.plan(mode, size=size)
+                self.assertEqual(128 * units.Ki, plan.cluster_size)
+                self.assertTrue(plan.extended_l2)
+
+    def test_option_chooses(self):
         for name, size in policy.CLUSTER_SIZES.items():
-            self.assertEqual(size, policy.cluster_size(name, units.Ti, True))
+            self.flags(group=GROUP, qcow2_cluster_size=name)
+            self.assertEqual(size, self.plan(Mode.SPACE).cluster_size)
 
-    def test_unknown_setting_names_value_and_choices(self):
-        exc = self.assertRaises(exception.ConflictingOptions,
-                                policy.cluster_size, '3K', units.Gi, True)
+    def test_flavor_overrides_option(self):
+        self.flags(group=GROUP, qcow2_cluster_size='256K')
+        plan = self.plan(Mode.SPACE, specs={'prealloc:cluster_size': '2M'})
+        self.assertEqual(2 * units.Mi, plan.cluster_size)
+        plan = self.plan(Mode.SPACE, specs={'prealloc:cluster_size': '64K'})
+        self.assertEqual(64 * units.Ki, plan.cluster_size)
+
+    def test_bad_flavor_value_names_key_and_choices(self):
+        exc = self.assertRaises(exception.InvalidFlavorPolicy, self.plan,
+                                Mode.SPACE,
+                                specs={'prealloc:cluster_size': '3K'})
         self.assertIn("'3K'", str(exc))
-        self.assertIn('auto, 64K', str(exc))
+        self.assertIn('prealloc:cluster_size', str(exc))
+        self.assertIn('64K, 128K, 256K, 512K, 1M, 2M', str(exc))
+
+    def test_option_refuses_auto(self):
+        # The former per-size choice made large disks 3-8x slower.
+        self.assertRaises(ValueError, self.flags, group=GROUP,
+                          qcow2_cluster_size='auto')
 
 
-class TestMetadataCache(testtools.TestCase):
-
-    def test_full_coverage_1t_512k(self):
-        # 2 Mi entries x 16 B = 32 MiB of L2 tables + 4 refcount clusters.
-        self.assertEqual(32 * units.Mi + 4 * 512 * units.Ki,
-                         policy.metadata_cache_bytes(
-                             'full-coverage', 64, units.Ti, 512 * units.Ki,
-                             True))
-
-    def test_partial_tables_round_up_to_a_cluster(self):
-        # 1 GiB at 64K: 16384 entries x 16 B = 256 KiB = 4 tables.
-        self.assertEqual(256 * units.Ki + 4 * 64 * units.Ki,
-                         policy.metadata_cache_bytes(
-                             'full-coverage', 64, units.Gi, 64 * units.Ki,
-                             True))
-        # 1 MiB disk: one 64K table, not 1 KiB.
-        self.assertEqual(64 * units.Ki + 4 * 64 * units.Ki,
-                         policy.metadata_cache_bytes(
-                             'full-coverage', 64, units.Mi, 64 * units.Ki,
-                             True))
-
-    def test_capped(self):
-        self.assertEqual(64 * units.Mi, policy.metadata_cache_bytes(
-            'full-coverage', 64, 16 * units.Ti, 64 * units.Ki, True))
-
-    def test_qemu_default_emits_nothing(self):
-        self.assertIsNone(policy.metadata_cache_bytes(
-            'qemu-default', 64, units.Ti, 512 * units.Ki, True))
-
-
-class TestQcow2Layout(testtools.TestCase):
-
-    def layout(self, mode, fallocate_ok=True, fallocate_policy='warn',
-               extended_l2=True, size=units.Gi):
-        return policy.qcow2_overlay_layout(
-            mode, size, extended_l2, 'auto', fallocate_ok,
-            fallocate_policy, '/i/disk', 'ext4')
-
-    def test_modes(self):
-        for mode, prealloc in (
-                (Mode.NONE, 'off'), (Mode.METADATA, 'metadata'),
-                (Mode.SPACE, 'falloc'), (Mode.FULL, 'full')):
-            layout = self.layout(mode)
-            self.assertEqual(prealloc, layout.preallocation)
-            self.assertTrue(layout.extended_l2)
-            self.assertIsNone(layout.warning)
-
-    def test_no_fallocate_warn_uses_metadata(self):
-        layout = self.layout(Mode.SPACE, fallocate_ok=False)
-        self.assertEqual('metadata', layout.preallocation)
-        self.assertIn('fallocate_unsupported=warn', layout.warning)
-
-    def test_no_fallocate_zero_fill_uses_full(self):
-        layout = self.layout(Mode.SPACE, False, 'zero-fill')
-        self.assertEqual('full', layout.preallocation)
-
-    def test_no_fallocate_fail(self):
-        exc = self.assertRaises(exception.FallocateUnsupported,
-                                self.layout, Mode.SPACE, False, 'fail')
-        self.assertIn('/i/disk', str(exc))
-        self.assertIn('ext4', str(exc))
-
-    def test_full_ignores_fallocate_support(self):
-        self.assertEqual('full',
-                         self.layout(Mode.FULL, False, 'fail').preallocation)
-
-    def test_without_extended_l2_overlays_stay_thin(self):
-        layout = self.layout(Mode.SPACE, extended_l2=False)
-        self.assertEqual('off', layout.preallocation)
-        self.assertIn('qcow2_extended_l2 is off', layout.warning)
-
-    def test_resize_preallocation(self):
-        self.assertEqual('falloc', policy.qcow2_resize_preallocation(
-            Mode.SPACE, True, 'warn', '/p'))
-        self.assertEqual('metadata', policy.qcow2_resize_preallocation(
-            Mode.SPACE, False, 'warn', '/p'))
-        self.assertEqual('full', policy.qcow2_resize_preallocation(
-            Mode.SPACE, False, 'zero-fill', '/p'))
-        self.assertRaises(exception.FallocateUnsupported,
-                          policy.qcow2_resize_preallocation,
-                          Mode.SPACE, False, 'fail', '/p')
-
-
-class TestRawPlan(testtools.TestCase):
-    # (mode, fallocate supported, policy) -> action
+class TestQcow2Preallocation(PlanTestCase):
     scenarios = [
-        ('none', {'mode': Mode.NONE, 'ok': True, 'pol': 'warn',
-                  'action': policy.RAW_NOTHING}),
-        ('metadata', {'mode': Mode.METADATA, 'ok': True, 'pol': 'warn',
-                      'action': policy.RAW_NOTHING}),
-        ('space', {'mode': Mode.SPACE, 'ok': True, 'pol': 'fail',
-                   'action': policy.RAW_FALLOCATE}),
-        ('full', {'mode': Mode.FULL, 'ok': True, 'pol': 'warn',
-                  'action': policy.RAW_ZERO_FILL}),
-        ('full-nofalloc', {'mode': Mode.FULL, 'ok': False, 'pol': 'fail',
-                           'action': policy.RAW_ZERO_FILL}),
-        ('space-nofalloc-warn', {'mode': Mode.SPACE, 'ok': False,
-                                 'pol': 'warn',
-                                 'action': policy.RAW_NOTHING}),
-        ('space-nofalloc-zero', {'mode': Mode.SPACE, 'ok': False,
-                                 'pol': 'zero-fill',
-                                 'action': policy.RAW_ZERO_FILL}),
+        ('metadata', {'mode': Mode.METADATA, 'fs': ROOMY, 'pol': 'fail',
+                      'prealloc': P.METADATA, 'warn': None}),
+        ('space', {'mode': Mode.SPACE, 'fs': ROOMY, 'pol': 'fail',
+                   'prealloc': P.FALLOC, 'warn': None}),
+        ('full', {'mode': Mode.FULL, 'fs': ROOMY, 'pol': 'warn',
+                  'prealloc': P.FULL, 'warn': None}),
+        ('full-nofalloc', {'mode': Mode.FULL, 'fs': NO_FALLOCATE,
+                           'pol': 'fail', 'prealloc': P.FULL, 'warn': None}),
+        ('space-nofalloc-warn', {'mode': Mode.SPACE, 'fs': NO_FALLOCATE,
+                                 'pol': 'warn', 'prealloc': P.METADATA,
+                                 'warn': 'fallocate_unsupported=warn'}),
+        ('space-nofalloc-zero', {'mode': Mode.SPACE, 'fs': NO_FALLOCATE,
+                                 'pol': 'zero-fill', 'prealloc': P.FULL,
+                                 'warn': None}),
     ]
 
     def test_plan(self):
-        plan = policy.raw_plan(self.mode, self.ok, self.pol, '/p')
-        self.assertEqual(self.action, plan.action)
-        if self.mode is Mode.SPACE and not self.ok and self.pol == 'warn':
-            self.assertIn('left thin', plan.warning)
+        self.flags(group=GROUP, fallocate_unsupported=self.pol)
+        plan = self.plan(self.mode, fs=self.fs)
+        self.assertIs(self.mode, plan.mode)
+        self.assertIs(QCOW2, plan.fmt)
+        self.assertIs(self.prealloc, plan.preallocation)
+        self.assertIsNone(plan.raw_action)
+        if self.warn is None:
+            self.assertIsNone(plan.warning)
+        else:
+            self.assertIn(self.warn, plan.warning)
+            self.assertIn('ext3', plan.warning)
 
-    def test_fail(self):
+    def test_without_extended_l2_overlays_stay_thin(self):
+        self.flags(group=GROUP, qcow2_extended_l2=False,
+                   fallocate_unsupported=self.pol)
+        plan = self.plan(self.mode, fs=self.fs)
+        self.assertIs(P.OFF, plan.preallocation)
+        self.assertFalse(plan.extended_l2)
+        self.assertIn('no extended_l2', plan.warning)
+        # Without a backing file QEMU preallocates anyway.
+        plan = self.plan(self.mode, fs=self.fs, backing=False)
+        self.assertIs(self.prealloc, plan.preallocation)
+
+
+class TestRawAction(PlanTestCase):
+    # (mode, fallocate supported, policy) -> action
+    scenarios = [
+        ('none', {'mode': Mode.NONE, 'fs': ROOMY, 'pol': 'warn',
+                  'action': RawAction.NOTHING}),
+        ('metadata', {'mode': Mode.METADATA, 'fs': ROOMY, 'pol': 'warn',
+                      'action': RawAction.NOTHING}),
+        ('space', {'mode': Mode.SPACE, 'fs': ROOMY, 'pol': 'fail',
+                   'action': RawAction.FALLOCATE}),
+        ('full', {'mode': Mode.FULL, 'fs': ROOMY, 'pol': 'warn',
+                  'action': RawAction.ZERO_FILL}),
+        ('full-nofalloc', {'mode': Mode.FULL, 'fs': NO_FALLOCATE,
+                           'pol': 'fail', 'action': RawAction.ZERO_FILL}),
+        ('space-nofalloc-warn', {'mode': Mode.SPACE, 'fs': NO_FALLOCATE,
+                                 'pol': 'warn',
+                                 'action': RawAction.NOTHING}),
+        ('space-nofalloc-zero', {'mode': Mode.SPACE, 'fs': NO_FALLOCATE,
+                                 'pol': 'zero-fill',
+                                 'action': RawAction.ZERO_FILL}),
+    ]
+
+    def test_plan(self):
+        self.flags(group=GROUP, fallocate_unsupported=self.pol)
+        plan = self.plan(self.mode, RAW, fs=self.fs)
+        self.assertIs(self.action, plan.raw_action)
+        self.assertIsNone(plan.preallocation)
+        self.assertEqual(0 if self.action is RawAction.NOTHING else units.Gi,
+                         plan.needed_bytes)
+        if self.mode is Mode.SPACE and not self.fs.fallocate_ok:
+            if self.pol == 'warn':
+                self.assertIn('left thin', plan.warning)
+        else:
+            self.assertIsNone(plan.warning)
+
+    def test_fail_policy(self):
+        """With fallocate_unsupported=fail on a filesystem without it, only
+        mode space refuses; every other mode plans what it plans anyway.
+        """
+        self.flags(group=GROUP, fallocate_unsupported='fail')
         if self.mode is Mode.SPACE:
-            self.assertRaises(exception.FallocateUnsupported,
-                              policy.raw_plan, self.mode, False, 'fail', '/p')
+            exc = self.assertRaises(exception.FallocateUnsupported,
+                                    self.plan, self.mode, RAW,
+                                    fs=NO_FALLOCATE)
+            self.assertIn('/i/disk', str(exc))
+            self.assertIn('ext3', str(exc))
+        else:
+            plan = self.plan(self.mode, RAW, fs=NO_FALLOCATE)
+            self.assertIs(self.action, plan.raw_action)
+            self.assertIsNone(plan.warning)
+
+
+class TestSpace(PlanTestCase):
+
+    def test_space_warn_without_fallocate_needs_only_a_thin_disk(self):
+        # The case backend and policy used to disagree on: the raw disk
+        # stays thin, so it needs nothing and fits on a full filesystem.
+        full = dataclasses.replace(NO_FALLOCATE, free_bytes=0)
+        plan = self.plan(Mode.SPACE, RAW, fs=full)
+        self.assertIs(RawAction.NOTHING, plan.raw_action)
+        self.assertEqual(0, plan.needed_bytes)
+        self.assertEqual(0, plan.to_allocate)
+        self.assertTrue(plan.fits)
+        self.assertIn('left thin', plan.warning)
+
+    def test_new_disk_that_does_not_fit(self):
+        small = dataclasses.replace(ROOMY, free_bytes=units.Gi)
+        plan = self.plan(Mode.SPACE, RAW, fs=small)
+        self.assertTrue(plan.fits)
+        plan = self.plan(Mode.SPACE, RAW, size=units.Gi + 1, fs=small)
+        self.assertFalse(plan.fits)
+        self.assertIs(RawAction.FALLOCATE, plan.raw_action)
+        self.assertEqual(units.Gi + 1, plan.to_allocate)
+
+    def test_existing_raw_needs_its_holes_only(self):
+        existing = policy.ExistingDisk(allocated_bytes=units.Gi // 4,
+                                       virtual_size=units.Gi)
+        plan = self.plan(Mode.SPACE, RAW, existing=existing)
+        self.assertTrue(plan.existing)
+        self.assertEqual(units.Gi, plan.needed_bytes)
+        self.assertEqual(units.Gi * 3 // 4, plan.to_allocate)
+
+    def test_existing_disk_never_failed_for_space(self):
+        existing = policy.ExistingDisk(allocated_bytes=0,
+                                       virtual_size=units.Gi)
+        full = dataclasses.replace(ROOMY, free_bytes=units.Mi)
+        plan = self.plan(Mode.FULL, RAW, fs=full, existing=existing)
+        self.assertTrue(plan.fits)
+        self.assertIs(RawAction.NOTHING, plan.raw_action)
+        self.assertEqual(0, plan.to_allocate)
+        self.assertIn('left thin', plan.warning)
+        self.assertIn('%d free' % units.Mi, plan.warning)
+        qcow2 = policy.ExistingDisk(allocated_bytes=units.Mi,
+                                    virtual_size=units.Gi,
+                                    cluster_size=64 * units.Ki,
+                                    extended_l2=True)
+        plan = self.plan(Mode.SPACE, fs=full, size=2 * units.Gi,
+                         existing=qcow2)
+        self.assertTrue(plan.fits)
+        self.assertIs(P.OFF, plan.preallocation)
+        self.assertIn('left thin', plan.warning)
+
+    def test_existing_disk_not_failed_by_fallocate_policy(self):
+        self.flags(group=GROUP, fallocate_unsupported='fail')
+        existing = policy.ExistingDisk(allocated_bytes=0,
+                                       virtual_size=units.Gi)
+        plan = self.plan(Mode.SPACE, RAW, fs=NO_FALLOCATE, existing=existing)
+        self.assertIs(RawAction.NOTHING, plan.raw_action)
+        self.assertIn('left thin', plan.warning)
+
+    def test_existing_qcow2_keeps_its_layout(self):
+        existing = policy.ExistingDisk(allocated_bytes=0,
+                                       virtual_size=units.Gi,
+                                       cluster_size=2 * units.Mi,
+                                       extended_l2=True)
+        plan = self.plan(Mode.SPACE, existing=existing)
+        self.assertEqual(2 * units.Mi, plan.cluster_size)
+        self.assertTrue(plan.extended_l2)
+
+    def test_existing_overlay_without_extended_l2_grows_thin(self):
+        existing = policy.ExistingDisk(allocated_bytes=units.Mi,
+                                       virtual_size=units.Gi,
+                                       cluster_size=64 * units.Ki)
+        plan = self.plan(Mode.SPACE, size=2 * units.Gi, existing=existing)
+        self.assertFalse(plan.extended_l2)
+        self.assertIs(P.OFF, plan.preallocation)
+        self.assertIn('no extended_l2', plan.warning)
+
+    def test_growth_needs_at_least_the_new_metadata(self):
+        # The file holds guest data beyond its metadata: what growing
+        # still needs is the metadata of the new area.
+        cluster = 128 * units.Ki
+        existing = policy.ExistingDisk(allocated_bytes=units.Gi,
+                                       virtual_size=units.Gi,
+                                       cluster_size=cluster,
+                                       extended_l2=True)
+        plan = self.plan(Mode.METADATA, size=10 * units.Gi,
+                         existing=existing)
+        self.assertEqual(
+            policy.qcow2_metadata_bytes(10 * units.Gi, cluster, True) -
+            policy.qcow2_metadata_bytes(units.Gi, cluster, True),
+            plan.to_allocate)
+        self.assertGreater(plan.to_allocate, 0)
+
+
+class TestModeNone(PlanTestCase):
+
+    def test_qcow2_is_nova_s_overlay(self):
+        self.flags(group=GROUP, qcow2_cluster_size='2M')
+        plan = self.plan(Mode.NONE, size=units.Ti, fs=None,
+                         specs={'prealloc:cluster_size': '256K'})
+        self.assertIs(P.OFF, plan.preallocation)
+        self.assertIsNone(plan.cluster_size)
+        self.assertFalse(plan.extended_l2)
+        self.assertIsNone(plan.metadata_cache_bytes)
+        self.assertIsNone(plan.warning)
+        self.assertTrue(plan.fits)
+        self.assertTrue(plan.stock)
+
+    def test_raw_is_left_alone(self):
+        plan = self.plan(Mode.NONE, RAW, fs=None)
+        self.assertIs(RawAction.NOTHING, plan.raw_action)
+        self.assertEqual(0, plan.needed_bytes)
+
+    def test_other_modes_need_filesystem_facts(self):
+        self.assertRaises(ValueError, self.plan, Mode.SPACE, fs=None)
+
+    def test_flavor_mode_overrides_host_mode(self):
+        plan = self.plan(Mode.NONE, specs={'prealloc:mode': 'full'})
+        self.assertIs(Mode.FULL, plan.mode)
+        self.assertIs(P.FULL, plan.preallocation)
+        plan = self.plan(Mode.FULL, fs=None, specs={'prealloc:mode': 'none'})
+        self.assertIs(Mode.NONE, plan.mode)
+        self.assertIsNone(plan.cluster_size)
+
+    def test_plan_is_frozen(self):
+        plan = self.plan(Mode.SPACE)
+        self.assertRaises(dataclasses.FrozenInstanceError, setattr, plan,
+                          'needed_bytes', 0)
+
+
+class TestMetadataCache(PlanTestCase):
+
+    def test_default_cache_covers_small_disks(self):
+        # QEMU's 32 MiB of 16-byte entries maps 256 GiB of 128K clusters.
+        self.assertIsNone(self.plan(Mode.METADATA,
+                                    size=256 * units.Gi).metadata_cache_bytes)
+
+    def test_covers_the_whole_disk(self):
+        # 1 TiB / 128K = 8 Mi entries x 16 B = 128 MiB, + 4 clusters.
+        self.assertEqual(128 * units.Mi + 4 * 128 * units.Ki,
+                         self.plan(Mode.SPACE,
+                                   size=units.Ti).metadata_cache_bytes)
+        # 257 GiB: one more 128K L2 table (8192 entries) than 256 GiB.
+        self.assertEqual(32 * units.Mi + 128 * units.Ki + 4 * 128 * units.Ki,
+                         self.plan(Mode.METADATA, size=257 * units.Gi)
+                         .metadata_cache_bytes)
+
+    def test_partial_cover_is_none_and_logged_once(self):
+        log = self.useFixture(fixtures.FakeLogger(
+            name='prealloc_backend.policy'))
+        self.flags(group=GROUP, qcow2_metadata_cache_max_mb=128)
+        self.assertIsNone(self.plan(Mode.SPACE, size=units.Ti)
+                          .metadata_cache_bytes)
+        self.assertIsNone(self.plan(Mode.METADATA, size=units.Ti)
+                          .metadata_cache_bytes)
+        self.assertEqual(1, log.output.count('partial cover is slower'))
+        self.assertIn('qcow2_metadata_cache_max_mb = 128', log.output)
+        # One MiB more and it covers.
+        self.flags(group=GROUP, qcow2_metadata_cache_max_mb=129)
+        self.assertIsNotNone(self.plan(Mode.SPACE, size=units.Ti)
+                             .metadata_cache_bytes)
+
+    def test_qemu_default_emits_nothing(self):
+        self.flags(group=GROUP, qcow2_l2_cache='qemu-default')
+        self.assertIsNone(self.plan(Mode.SPACE,
+                                    size=units.Ti).metadata_cache_bytes)
+
+    def test_raw_has_none(self):
+        self.assertIsNone(self.plan(Mode.SPACE, RAW,
+                                    size=units.Ti).metadata_cache_bytes)
+
+
+def qemu_measure(size, cluster, extended_l2, preallocation):
+    out = subprocess.run(
+        ['qemu-img', 'measure', '--output=json', '-O', 'qcow2', '-o',
+         'cluster_size=%d,extended_l2=%s,preallocation=%s'
+         % (cluster, 'on' if extended_l2 else 'off', preallocation),
+         '--size', str(size)], check=True, capture_output=True,
+        text=True).stdout
+    return json.loads(out)
+
+
+class TestNeededBytesAgainstQemu(base.TestCase):
+    """make_plan's pure formula against qemu-img's own figures."""
+    scenarios = testscenarios.multiply_scenarios(
+        [('1M', {'size': units.Mi}),
+         ('3G+1', {'size': 3 * units.Gi + 1}),
+         ('100G', {'size': 100 * units.Gi}),
+         ('1T', {'size': units.Ti}),
+         ('16T', {'size': 16 * units.Ti})],
+        [('64K', {'cluster': 64 * units.Ki}),
+         ('128K', {'cluster': 128 * units.Ki}),
+         ('2M', {'cluster': 2 * units.Mi})],
+        [('xl2', {'xl2': True}), ('plain', {'xl2': False})])
+
+    def test_metadata_and_full(self):
+        for prealloc, key in ((P.METADATA, 'required'),
+                              (P.FALLOC, 'fully-allocated'),
+                              (P.FULL, 'fully-allocated')):
+            measured = qemu_measure(self.size, self.cluster, self.xl2,
+                                    prealloc.value)[key]
+            self.assertEqual(measured, policy.qcow2_needed_bytes(
+                self.size, prealloc, self.cluster, self.xl2))
+
+    def test_thin_within_a_cluster_of_what_qemu_img_creates(self):
+        if self.size > units.Ti:
+            self.skipTest('a thin 16T image is the same, only slower')
+        path = os.path.join(self.instances_path, 'thin.qcow2')
+        subprocess.run(
+            ['qemu-img', 'create', '-q', '-f', 'qcow2', '-o',
+             'cluster_size=%d,extended_l2=%s'
+             % (self.cluster, 'on' if self.xl2 else 'off'), path,
+             str(self.size)], check=True)
+        made = os.stat(path).st_size
+        needed = policy.qcow2_needed_bytes(self.size, P.OFF, self.cluster,
+                                           self.xl2)
+        self.assertGreaterEqual(needed, made)
+        self.assertLess(needed - made, self.cluster)

@@ -73,6 +73,6 @@ class TestSampleConfig(base.BaseTestCase):
         with open(SAMPLE) as f:
             text = f.read()
         for line in ('#mode = <None>', '#fallocate_unsupported = warn',
-                     '#qcow2_cluster_size = auto',
+                     '#qcow2_cluster_size = 128K',
                      '#helper_command = <None>'):
             self.assertIn(line, text.splitlines())
