@@ -448,17 +448,10 @@ class Flat(_PreallocImage, imagebackend.Flat):
         super().resize_image(size)
 
     def _allocate_existing(self):
-        if not self._is_instance_disk() or not self.exists():
+        if (not self._is_instance_disk() or self.driver_format != 'raw' or
+                not self.exists()):
             return
-        if self.driver_format == 'raw':
-            self._allocate_file()
-        elif (self.driver_format == 'qcow2' and
-              self.prealloc_mode in (modes.Mode.SPACE, modes.Mode.FULL)):
-            # NOTE (issue 15): a qcow2 disk cold-migrated to a host whose
-            # disks are raw stays qcow2 (nova never converts to raw), and
-            # arrives with the holes the copy made: reserve its file's
-            # blocks as Qcow2 does on a qcow2 host.
-            self._allocate_file()
+        self._allocate_file()
 
 
 class Qcow2(_PreallocImage, imagebackend.Qcow2):
