@@ -29,8 +29,11 @@ from tests import fixtures as pb_fixtures
 from tests.functional import base
 
 FS_SIZE_MB = 1536
-FAULT = re.compile(r'Not enough space to preallocate disk (?P<path>\S+): '
-                   r'(?P<needed>\d+) bytes needed, (?P<free>\d+) bytes free')
+# The compute host's reason, as the driver hands it to nova (figures first:
+# nova keeps 255 characters of a fault).
+FAULT = re.compile(r'Not enough space to preallocate: (?P<needed>\d+) bytes '
+                   r'needed, (?P<free>\d+) bytes free \(disk '
+                   r'(?P<path>[^)\s]+)\)')
 
 
 class TestNotEnoughSpace(base.ServersTestBase):
