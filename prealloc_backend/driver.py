@@ -25,7 +25,9 @@ script calls it and then runs nova-compute unchanged, with::
 
 import sys
 
+from nova.compute import vm_states
 from nova import exception as nova_exception
+from nova import objects
 import nova.virt
 from nova.virt.libvirt import driver as libvirt_driver
 from oslo_config import cfg
@@ -42,6 +44,9 @@ CONF = conf.CONF
 # compute_driver = <COMPUTE_DRIVER> once register() has run.
 NOVA_VIRT_NAME = 'prealloc_backend'
 COMPUTE_DRIVER = NOVA_VIRT_NAME + '.LibvirtDriver'
+# The instance-action event of the plugin's disk work (`openstack server
+# event show`): one per host that made (or failed to make) the disks.
+DISK_EVENT = 'compute_prealloc_disks'
 
 
 def register():
@@ -120,6 +125,17 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                   'cluster': CONF.prealloc_backend.qcow2_cluster_size,
                   'cache': CONF.prealloc_backend.qcow2_l2_cache})
 
+    def _create_image(self, context, instance, disk_mapping, *args,
+                      **kwargs):
+        # NOTE: every disk nova makes for spawn, rescue and finish_migration
+        # is made here: record it as an instance-action event of this host,
+        # so that the user sees where disks were made and, when they could
+        # not be, why (the event's details), even when nova then
+        # reschedules the build and its own events read 'Success'.
+        with _DiskEvent(context, instance):
+            return super()._create_image(context, instance, disk_mapping,
+                                         *args, **kwargs)
+
     def spawn(self, context, instance, image_meta, injected_files,
               admin_password, allocations, network_info=None,
               block_device_info=None, power_on=True, accel_info=None):
@@ -130,9 +146,96 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 block_device_info=block_device_info, power_on=power_on,
                 accel_info=accel_info)
         except exception.PreallocError as exc:
-            # NOTE: abort rather than reschedule. A rescheduled build ends
-            # as 'Exceeded maximum number of retries' and the reason (which
-            # disk, how many bytes) is lost to the user; the failure is a
-            # property of this host that the fault must name.
-            raise nova_exception.BuildAbortException(
-                instance_uuid=instance.uuid, reason=exc.format_message())
+            if instance.vm_state != vm_states.BUILDING:
+                # Not a first build (rebuild, evacuate, unshelve): nova's
+                # own handling of a failed spawn applies.
+                raise
+            reason = _short_reason(exc)
+            if isinstance(exc, (nova_exception.Invalid,
+                                exception.AllocationCancelled)):
+                # The same on every host (an invalid flavor policy or
+                # option), or the server is being deleted: no other host
+                # would do better.
+                raise nova_exception.BuildAbortException(
+                    instance_uuid=instance.uuid, reason=reason) from exc
+            # A property of this host (no room, no fallocate, a slow or
+            # failing disk): let nova try another host. nova's compute
+            # manager turns this into a RescheduledException; the reason
+            # stays in this host's DISK_EVENT, and in the final fault when
+            # [scheduler] max_attempts runs out ("Last exception: ...").
+            raise nova_exception.ComputeResourcesUnavailable(
+                reason=reason) from exc
+
+
+def _short_reason(exc):
+    """The reason for nova's fault: nova keeps 255 characters of a fault
+    message, and after a rescheduled build's "Exceeded maximum number of
+    retries. ... Last exception: Insufficient compute resources: " about 80
+    are left: figures first, the disk's path last.
+    """
+    if isinstance(exc, exception.InsufficientDiskSpace):
+        return ('Not enough space to preallocate: %(needed)s bytes needed, '
+                '%(free)s bytes free (disk %(path)s)' % exc.kwargs)
+    return exc.format_message()
+
+
+class _DiskEvent:
+    """DISK_EVENT of the instance's current action, on this host.
+
+    nova's EventReporter, with two differences:
+
+    * nova finishes "the" event of an action by name (the first row of
+      that name), so a rescheduled build's second host would overwrite the
+      first host's event: each host's event gets its own name,
+      DISK_EVENT, then DISK_EVENT + '_2', '_3'... in the order hosts tried;
+    * an instance without a current action (an action-less operation)
+      records nothing instead of failing the disk work.
+    """
+
+    def __init__(self, context, instance):
+        self.context = context
+        self.uuid = instance.uuid
+        self.name = None
+
+    def _free_name(self):
+        action = objects.InstanceAction.get_by_request_id(
+            self.context, self.uuid, self.context.request_id)
+        if action is None:
+            return None
+        used = {event.event for event in
+                objects.InstanceActionEventList.get_by_action(
+                    self.context, action.id)}
+        name, attempt = DISK_EVENT, 1
+        while name in used:
+            attempt += 1
+            name = '%s_%d' % (DISK_EVENT, attempt)
+        return name
+
+    def __enter__(self):
+        if self.context is None:
+            return self
+        try:
+            name = self._free_name()
+            if name:
+                objects.InstanceActionEvent.event_start(
+                    self.context, self.uuid, name, want_result=False,
+                    host=CONF.host)
+                self.name = name
+        except nova_exception.InstanceActionNotFound:
+            pass
+        if not self.name:
+            LOG.debug('No instance action to record %s in', DISK_EVENT)
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        if not self.name:
+            return False
+        try:
+            objects.InstanceActionEvent.event_finish_with_failure(
+                self.context, self.uuid, self.name, exc_val=exc_val,
+                exc_tb=exc_tb, want_result=False)
+        except Exception:
+            # Never hide the disk work's own outcome behind the event's.
+            LOG.warning('Could not record the %s event', self.name,
+                        exc_info=True)
+        return False

@@ -72,21 +72,38 @@ class TestLoading(base.TestCase):
         self.assertRaises(ValueError, driver.LibvirtDriver,
                           fake_virt.FakeVirtAPI())
 
-    def test_spawn_failure_aborts_build_with_reason(self):
+    def _failed_spawn(self, error, vm_state):
         drv = driver.LibvirtDriver(fake_virt.FakeVirtAPI())
         instance = self.make_instance()
-        error = exception.InsufficientDiskSpace(
-            path='/i/disk', needed=10, free=1, directory='/i')
+        instance.vm_state = vm_state
         # NOTE: spawn itself needs a hypervisor; only nova's spawn is
-        # replaced, to raise what the backend raises when space is short.
+        # replaced, to raise what the backend raises.
         self.useFixture(fixtures.MockPatchObject(
             libvirt_driver.LibvirtDriver, 'spawn', side_effect=error))
-        exc = self.assertRaises(nova_exception.BuildAbortException,
-                                drv.spawn, None, instance, None, [], None,
-                                {})
-        self.assertIn('/i/disk: 10 bytes needed, 1 bytes free',
-                      exc.format_message())
+        return instance, lambda: drv.spawn(None, instance, None, [], None,
+                                           {})
+
+    def test_spawn_failure_reschedules_build_with_reason(self):
+        error = exception.InsufficientDiskSpace(
+            path='/i/disk', needed=10, free=1, directory='/i')
+        _instance, spawn = self._failed_spawn(error, 'building')
+        exc = self.assertRaises(nova_exception.ComputeResourcesUnavailable,
+                                spawn)
+        self.assertIn('Not enough space to preallocate: 10 bytes needed, 1 '
+                      'bytes free (disk /i/disk)', exc.format_message())
+
+    def test_invalid_policy_aborts_build(self):
+        error = exception.InvalidFlavorPolicy(
+            value='x', key='hw:prealloc', reason='no such mode')
+        instance, spawn = self._failed_spawn(error, 'building')
+        exc = self.assertRaises(nova_exception.BuildAbortException, spawn)
         self.assertIn(instance.uuid, exc.format_message())
+
+    def test_spawn_failure_not_building_is_nova_s(self):
+        error = exception.InsufficientDiskSpace(
+            path='/i/disk', needed=10, free=1, directory='/i')
+        _instance, spawn = self._failed_spawn(error, 'active')
+        self.assertRaises(exception.InsufficientDiskSpace, spawn)
 
 
 class TestSignatures(base.TestCase):

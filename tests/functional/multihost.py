@@ -1,0 +1,447 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Harness: several compute hosts in nova's in-process services.
+
+nova's in-process compute services share one oslo.config CONF, so two
+"hosts" started with ``start_compute(hostname=...)`` (as nova's own
+multi-host libvirt functional tests do) would share ``instances_path`` (the
+shared-storage case, which nova detects as such), ``my_ip`` (nova would
+then take every migration for a same-host one) and the image options
+(images_type, use_cow_images, preallocate_images, [prealloc_backend]),
+which nova and the plugin read at every disk operation, not only at start.
+
+HostScope gives each host its own values of those options, and so its own
+instance directory on its own (real) filesystem, while one of its compute
+services runs code:
+
+* ``oslo_config.cfg.ConfigOpts._get`` answers host-specific values for the
+  options a host declared, when the calling thread runs for that host;
+* a thread runs for a host while an RPC call or cast to that host's compute
+  manager is dispatched (oslo.messaging's RPCDispatcher._do_dispatch), while
+  the test starts that host's service, and in every thread nova spawns from
+  such a thread (nova.thread_pool_factory.spawn_on passes the host on, as it
+  passes the request context);
+* nova's remote filesystem calls (``[libvirt] remote_filesystem_transport``
+  ssh or rsync: ``ssh host touch/mkdir/rm`` and ``scp``/``rsync`` to
+  ``<ip>:<path>``) run on this machine, with the path moved from the
+  calling host's instance directory to the other host's. The copy is a
+  REAL copy done as each transport does it: ``rsync -r --sparse``
+  (nova's own command line, run locally by the real rsync), and for scp a
+  full byte copy (scp writes every byte, zeros included: the file arrives
+  fully allocated). Same-host and shared-storage copies are nova's own
+  ``cp -r``, untouched.
+
+Nothing below the libvirt API is faked beyond what tests/functional/base.py
+already fakes (nova's fake libvirt).
+"""
+
+import contextlib
+import json
+import os
+import subprocess
+import threading
+
+import fixtures
+from nova.compute import manager as compute_manager
+from nova import thread_pool_factory
+from nova.virt.libvirt import driver as libvirt_driver
+from oslo_concurrency import processutils
+from oslo_config import cfg
+from oslo_messaging.rpc import dispatcher as rpc_dispatcher
+from oslo_utils import units
+
+from tests import fixtures as pb_fixtures
+from tests.functional import base
+
+CONF = cfg.CONF
+
+# Full-copy chunk for the scp-like transport.
+COPY_CHUNK = 4 * units.Mi
+
+
+class Host:
+    """One compute host: its name, address, instance directory and the
+    option values it sees.
+    """
+
+    def __init__(self, name, ip, instances_path):
+        self.name = name
+        self.ip = ip
+        self.instances_path = instances_path
+        # NOTE: migration_inbound_addr defaults to '$my_ip', which
+        # oslo.config substitutes without going through ConfigOpts._get.
+        self.options = {(None, 'host'): name, (None, 'my_ip'): ip,
+                        ('libvirt', 'migration_inbound_addr'): ip,
+                        (None, 'instances_path'): instances_path}
+
+    def set(self, group=None, **values):
+        for key, value in values.items():
+            self.options[(group, key)] = value
+
+
+class HostScope(fixtures.Fixture):
+    """Per-host option values for in-process compute services (see the
+    module docstring).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.hosts = {}
+        self._local = threading.local()
+
+    # -- which host is running ---------------------------------------------
+
+    def current(self):
+        return getattr(self._local, 'host', None)
+
+    @contextlib.contextmanager
+    def on(self, name):
+        """Run the block as host ``name``."""
+        previous = self.current()
+        self._local.host = self.hosts[name] if name else None
+        try:
+            yield
+        finally:
+            self._local.host = previous
+
+    def add(self, name, ip, instances_path):
+        host = Host(name, ip, instances_path)
+        self.hosts[name] = host
+        return host
+
+    def by_ip(self, ip):
+        for host in self.hosts.values():
+            if host.ip == ip:
+                return host
+        raise AssertionError('no host has address %s' % ip)
+
+    def moved(self, path, to_host):
+        """``path`` (as the calling host names it) on ``to_host``: the same
+        path relative to the instance directory.
+        """
+        source = self.current()
+        roots = ([source.instances_path] if source else []) + [
+            h.instances_path for h in self.hosts.values()]
+        for root in roots:
+            if path == root or path.startswith(root.rstrip('/') + '/'):
+                relative = os.path.relpath(path, root)
+                return os.path.normpath(
+                    os.path.join(to_host.instances_path, relative))
+        raise AssertionError('%s is in no host\'s instance directory' % path)
+
+    def remote(self, address):
+        """``<ip>:<path>`` -> the local path of that file on that host."""
+        ip, path = address.rsplit(':', 1)
+        return self.moved(path, self.by_ip(ip.strip('[]')))
+
+    def owner(self, path):
+        """The host whose instance directory holds ``path`` (the calling
+        host first: with shared storage every host holds it).
+        """
+        candidates = ([self.current()] if self.current() else []) + list(
+            self.hosts.values())
+        for host in candidates:
+            root = host.instances_path.rstrip('/') + '/'
+            if path.startswith(root):
+                return host
+        raise AssertionError('%s is in no host\'s instance directory' % path)
+
+    def fix_copied(self, path):
+        """Rename the sending host's paths named inside a file just copied
+        to ``path`` (see _RemoteProcessutils).
+        """
+        if os.path.isdir(path):
+            for name in os.listdir(path):
+                self.fix_copied(os.path.join(path, name))
+            return
+        host = self.owner(path)
+        if os.path.basename(path) == 'disk.info':
+            with open(path) as f:
+                info = json.load(f)
+            info = {self.moved(key, host): fmt for key, fmt in info.items()}
+            with open(path, 'w') as f:
+                json.dump(info, f)
+            return
+        info = pb_fixtures.qemu_img_info(path)
+        backing = info.get('backing-filename')
+        if info['format'] != 'qcow2' or not backing:
+            return
+        moved = self.moved(backing, host)
+        if moved != backing:
+            subprocess.run(['qemu-img', 'rebase', '-u', '-F',
+                            info.get('backing-filename-format', 'raw'),
+                            '-b', moved, path], check=True,
+                           capture_output=True)
+
+    # -- patches -----------------------------------------------------------
+
+    def _setUp(self):
+        scope = self
+        original_get = cfg.ConfigOpts._get
+
+        def _get(conf, name, group=None, namespace=None):
+            host = scope.current()
+            if host is not None and conf is CONF and namespace is None:
+                key = (getattr(group, 'name', group), name)
+                if key[0] == 'DEFAULT':
+                    key = (None, name)
+                if key in host.options:
+                    return host.options[key]
+            return original_get(conf, name, group, namespace)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'oslo_config.cfg.ConfigOpts._get', _get))
+
+        original_dispatch = rpc_dispatcher.RPCDispatcher._do_dispatch
+
+        def _do_dispatch(dispatcher, endpoint, method, ctxt, args):
+            # nova.service wraps each endpoint (_TrackingEndpointWrapper);
+            # the compute manager's V5 proxy holds the manager.
+            manager = getattr(endpoint, '_endpoint', endpoint)
+            manager = getattr(manager, 'manager', manager)
+            name = None
+            if isinstance(manager, compute_manager.ComputeManager):
+                name = manager.host if manager.host in scope.hosts else None
+            if name is None:
+                return original_dispatch(dispatcher, endpoint, method, ctxt,
+                                         args)
+            with scope.on(name):
+                return original_dispatch(dispatcher, endpoint, method, ctxt,
+                                         args)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'oslo_messaging.rpc.dispatcher.RPCDispatcher._do_dispatch',
+            _do_dispatch))
+
+        original_spawn_on = thread_pool_factory.spawn_on
+
+        def spawn_on(executor_type, func, *args, **kwargs):
+            host = scope.current()
+            if host is None:
+                return original_spawn_on(executor_type, func, *args, **kwargs)
+
+            def on_host(*a, **kw):
+                with scope.on(host.name):
+                    return func(*a, **kw)
+
+            return original_spawn_on(executor_type, on_host, *args, **kwargs)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.thread_pool_factory.spawn_on', spawn_on))
+
+        # ssh <host> touch|mkdir -p|rm [-rf] <path>: run here, on the path
+        # of that host.
+        def ssh_execute(dest, *cmd, **kwargs):
+            host = scope.by_ip(dest.strip('[]'))
+            cmd = [scope.moved(arg, host) if arg.startswith('/') else arg
+                   for arg in cmd]
+            return processutils.execute(*cmd)
+
+        self.useFixture(fixtures.MonkeyPatch('nova.utils.ssh_execute',
+                                             ssh_execute))
+
+        # nova's shared-storage check for an instance: one host makes a file
+        # in its instance directory and sends the file's PATH over RPC to
+        # the other, which looks for it: the same path string on the other
+        # host is that host's file.
+        original_remote = (libvirt_driver.LibvirtDriver.
+                           check_instance_shared_storage_remote)
+
+        def check_remote(driver, context, data):
+            host = scope.current()
+            if host is not None and data and data.get('filename'):
+                data = dict(data, filename=scope.moved(data['filename'],
+                                                       host))
+            return original_remote(driver, context, data)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.libvirt.driver.LibvirtDriver.'
+            'check_instance_shared_storage_remote', check_remote))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.libvirt.volume.remotefs.processutils',
+            _RemoteProcessutils(scope)))
+
+
+class _RemoteProcessutils:
+    """nova's remotefs module's ``processutils``: each ``<ip>:<path>``
+    argument becomes that host's local path; ``scp`` becomes a full byte
+    copy; ``rsync`` runs as nova wrote it (locally).
+
+    A copied file keeps its bytes; only what names a path of the sending
+    host is renamed for the receiving one, as the same path string on a
+    real host would name its own file: a qcow2 header's backing file
+    (``qemu-img rebase -u``, a header-only change) and disk.info's keys.
+    """
+
+    ProcessExecutionError = processutils.ProcessExecutionError
+
+    def __init__(self, scope):
+        self.scope = scope
+
+    @staticmethod
+    def _is_remote(arg):
+        return ':' in arg and not arg.startswith(('/', '-'))
+
+    def execute(self, *cmd, on_execute=None, on_completion=None, **kwargs):
+        cmd = list(cmd)
+        if cmd[0] == 'rsync' and '--relative' in cmd:
+            return self._create_object(cmd)
+        local = [self.scope.remote(a) if self._is_remote(a) else a
+                 for a in cmd]
+        if cmd[0] == 'scp':
+            src, dst = [a for a in local[1:] if not a.startswith('-')]
+            full_copy(src, dst)
+            self.scope.fix_copied(dst)
+            return '', ''
+        out = processutils.execute(*local, on_execute=on_execute,
+                                   on_completion=on_completion, **kwargs)
+        if cmd[0] == 'rsync' and '--sparse' in cmd:
+            self.scope.fix_copied(
+                [a for a in local[1:] if not a.startswith('-')][-1])
+        return out
+
+    def _create_object(self, cmd):
+        """nova's RsyncDriver makes a file or directory on the remote host
+        with ``rsync --relative <tmp>/./<path> <ip>:/``: make it here.
+        """
+        source = [a for a in cmd if '/./' in a][0]
+        host = self.scope.by_ip(cmd[-1].rsplit(':', 1)[0].strip('[]'))
+        path = self.scope.moved('/' + source.split('/./', 1)[1], host)
+        if os.path.isdir(source):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, 'a').close()
+        return '', ''
+
+
+def full_copy(src, dst):
+    """What scp does to a file: read every byte, write every byte (zeros
+    included), so that the copy has no holes.
+    """
+    if os.path.isdir(dst):
+        dst = os.path.join(dst, os.path.basename(src))
+    with open(src, 'rb') as fin, open(dst, 'wb') as fout:
+        while True:
+            chunk = fin.read(COPY_CHUNK)
+            if not chunk:
+                break
+            fout.write(chunk)
+        fout.flush()
+        os.fsync(fout.fileno())
+
+
+class MultiHostTestBase(base.ServersTestBase):
+    """Two or three compute hosts, each with its own options and (unless
+    ``shared``) its own instance directory.
+    """
+
+    # [libvirt] remote_filesystem_transport: 'rsync' or 'ssh' (scp).
+    transport = 'rsync'
+    # Migrations, forced hosts and host names need the admin API; the
+    # user's view is self.user_api.
+    ADMIN_API = True
+
+    def setUp(self):
+        super().setUp()
+        self.user_api = self.api_fixture.api
+        self.user_api.microversion = self.microversion
+        self.scope = self.useFixture(HostScope())
+        self.flags(remote_filesystem_transport=self.transport,
+                   group='libvirt')
+        self.flags(allow_resize_to_same_host=False)
+        self.shared_path = self.instances_path
+
+    def start_compute(self, hostname='compute1', *args, **kwargs):
+        with self.scope.on(hostname):
+            return super().start_compute(hostname, *args, **kwargs)
+
+    def force_down(self, host, down=True):
+        service = self.api.get_services(binary='nova-compute', host=host)[0]
+        self.api.put_service(service['id'], {'forced_down': down})
+
+    def add_host(self, name, fmt='qcow2', mode='space', shared=False,
+                 stock=False, instances_path=None, host_info=None,
+                 **prealloc_opts):
+        """Start compute host ``name``: disks ``fmt`` (qcow2 overlays or raw
+        files) in ``mode``; its own instance directory unless ``shared``;
+        nova's own LibvirtDriver if ``stock``.
+        """
+        index = len(self.scope.hosts) + 1
+        if instances_path is None:
+            if shared:
+                instances_path = self.shared_path
+            else:
+                instances_path = os.path.join(self.work_dir, 'hosts', name)
+                os.makedirs(instances_path)
+        host = self.scope.add(name, '192.0.2.%d' % index, instances_path)
+        if fmt == 'qcow2':
+            host.set(use_cow_images=True)
+            host.set('libvirt', images_type='default')
+        else:
+            host.set(use_cow_images=False)
+            host.set('libvirt', images_type='raw')
+        # nova's preallocate_images knows none and space; the plugin's other
+        # modes are [prealloc_backend] mode (as tests/functional/test_boot).
+        if mode in ('none', 'space'):
+            host.set(preallocate_images=mode)
+        else:
+            host.set(preallocate_images='none')
+            prealloc_opts['mode'] = mode
+        host.set('prealloc_backend', **prealloc_opts)
+        host.set(compute_driver=('libvirt.LibvirtDriver' if stock
+                                 else base.driver.COMPUTE_DRIVER))
+        self.start_compute(hostname=name, host_info=host_info)
+        compute_driver = self.computes[name].driver
+        if stock:
+            self.assertNotIsInstance(compute_driver,
+                                     base.driver.LibvirtDriver)
+        else:
+            self.assertIsInstance(compute_driver, base.driver.LibvirtDriver)
+        return host
+
+    def add_loop_host(self, name, size_mb, kind='ext4', **kwargs):
+        """A host whose instance directory is a real small filesystem."""
+        pb_fixtures.skip_unless_root(self)
+        fs = self.useFixture(pb_fixtures.LoopFilesystem(
+            kind, size_mb, parent=self.work_dir))
+        return self.add_host(name, instances_path=fs.path, **kwargs)
+
+    # -- where things are ----------------------------------------------------
+
+    def host_dir(self, host, server):
+        return os.path.join(self.scope.hosts[host].instances_path,
+                            server['id'])
+
+    def host_disk(self, host, server, name='disk'):
+        return os.path.join(self.host_dir(host, server), name)
+
+    def host_base(self, host, image_id):
+        return os.path.join(self.scope.hosts[host].instances_path, '_base',
+                            base.imagecache.get_cache_fname(image_id))
+
+    def server_host(self, server):
+        return self.api.get_server(server['id'])[
+            'OS-EXT-SRV-ATTR:host']
+
+    def assertNothingLeft(self, server, host):
+        """No directory, disk, journal or temporary file of ``server`` on
+        ``host`` (after it left it); with shared storage, no ``_resize``
+        directory (the instance directory is the server's).
+        """
+        root = self.scope.hosts[host].instances_path
+        left = [name for name in os.listdir(root)
+                if name.startswith(server['id'])]
+        if root == self.shared_path:
+            left = [name for name in left if name != server['id']]
+        self.assertEqual([], left, 'left on %s: %s' % (host, left))
