@@ -23,7 +23,9 @@ script calls it and then runs nova-compute unchanged, with::
     compute_driver = prealloc_backend.LibvirtDriver
 """
 
+import os
 import sys
+import threading
 
 from nova.compute import vm_states
 from nova import exception as nova_exception
@@ -36,7 +38,10 @@ from oslo_log import log as logging
 from prealloc_backend import backend
 from prealloc_backend import conf
 from prealloc_backend import exception
+from prealloc_backend import fsprobe
 from prealloc_backend import modes
+from prealloc_backend import policy
+from prealloc_backend import qemu
 
 LOG = logging.getLogger(__name__)
 CONF = conf.CONF
@@ -116,6 +121,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
     def __init__(self, virtapi, read_only=False):
         super().__init__(virtapi, read_only=read_only)
         mode = validate_config()
+        self._migrating = threading.local()
         self.image_backend = backend.Backend(CONF.use_cow_images)
         LOG.info('prealloc_backend: host mode %(mode)s, images_type '
                  '%(type)s, qcow2 extended_l2 %(ext)s, cluster size '
@@ -124,6 +130,64 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                   'ext': CONF.prealloc_backend.qcow2_extended_l2,
                   'cluster': CONF.prealloc_backend.qcow2_cluster_size,
                   'cache': CONF.prealloc_backend.qcow2_l2_cache})
+
+    def finish_migration(self, context, migration, instance, disk_info,
+                         *args, **kwargs):
+        # nova calls the static _disk_raw_to_qcow2(path) from here, without
+        # the instance: keep it for that call (its flavor's prealloc: specs).
+        self._migrating.instance = instance
+        try:
+            return super().finish_migration(context, migration, instance,
+                                            disk_info, *args, **kwargs)
+        finally:
+            self._migrating.instance = None
+
+    def _disk_raw_to_qcow2(self, path):
+        """A raw disk that arrived on a qcow2 host becomes qcow2 here.
+
+        nova converts it thin (``qemu-img convert -O qcow2``), after its
+        _create_image already ran, so the destination's policy would never
+        apply. The plugin converts it with the plan's layout instead: a
+        standalone qcow2 (no backing file) with the mode's
+        ``preallocation=``, cluster size and extended_l2, checked for room
+        first; without room (an existing guest's disk is never failed for
+        space) or in mode none, nova's own thin conversion.
+        """
+        instance = getattr(self._migrating, 'instance', None)
+        extra_specs = backend._extra_specs(instance)
+        mode = modes.instance_mode(CONF, extra_specs)
+        if mode is modes.Mode.NONE:
+            return super()._disk_raw_to_qcow2(path)
+        directory = os.path.dirname(path)
+        plan = policy.make_plan(
+            CONF.prealloc_backend, extra_specs, mode, policy.DiskFormat.QCOW2,
+            os.stat(path).st_size, fsprobe.facts(directory), backing=False,
+            path=path)
+        if not plan.fits:
+            LOG.warning('%(path)s: converted to qcow2 thin: %(need)d bytes '
+                        'needed to preallocate it, %(free)d free',
+                        {'path': path, 'need': plan.to_allocate,
+                         'free': fsprobe.facts(directory).free_bytes})
+            return super()._disk_raw_to_qcow2(path)
+        tmp = path + '_qcow'
+        try:
+            qemu.execute(
+                'convert', '-t', 'none', '-f', 'raw', '-O', 'qcow2', '-o',
+                'cluster_size=%d,extended_l2=%s,preallocation=%s' % (
+                    plan.cluster_size, 'on' if plan.extended_l2 else 'off',
+                    plan.preallocation.value),
+                path, tmp, heavy=True,
+                timeout=CONF.prealloc_backend.allocation_timeout or None,
+                path=path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        os.rename(tmp, path)
+        LOG.info('Converted %(path)s from raw to qcow2 with '
+                 'preallocation=%(prealloc)s, cluster_size=%(cluster)d',
+                 {'path': path, 'prealloc': plan.preallocation.value,
+                  'cluster': plan.cluster_size})
 
     def _create_image(self, context, instance, disk_mapping, *args,
                       **kwargs):

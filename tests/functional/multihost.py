@@ -58,6 +58,7 @@ from nova.virt.libvirt import driver as libvirt_driver
 from oslo_concurrency import processutils
 from oslo_config import cfg
 from oslo_messaging.rpc import dispatcher as rpc_dispatcher
+from oslo_serialization import jsonutils
 from oslo_utils import units
 
 from tests import fixtures as pb_fixtures
@@ -270,6 +271,27 @@ class HostScope(fixtures.Fixture):
         self.useFixture(fixtures.MonkeyPatch(
             'nova.virt.libvirt.volume.remotefs.processutils',
             _RemoteProcessutils(scope)))
+
+        # finish_migration gets the source's disk_info over RPC: each
+        # disk's 'path' as the SOURCE names it. On real hosts the same path
+        # string names the destination's copy; here it is renamed so.
+        original_finish = libvirt_driver.LibvirtDriver.finish_migration
+
+        def finish_migration(driver, context, migration, instance,
+                             disk_info, *args, **kwargs):
+            host = scope.current()
+            if host is not None and disk_info:
+                disks = jsonutils.loads(disk_info)
+                for disk in disks:
+                    if disk.get('path'):
+                        disk['path'] = scope.moved(disk['path'], host)
+                disk_info = jsonutils.dumps(disks)
+            return original_finish(driver, context, migration, instance,
+                                   disk_info, *args, **kwargs)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.libvirt.driver.LibvirtDriver.finish_migration',
+            finish_migration))
 
 
 class _RemoteProcessutils:

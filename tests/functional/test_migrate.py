@@ -187,16 +187,14 @@ class TestRawQcow2Hosts(_ColdMigrateBase):
     disk before converting it).
     """
 
-    # NOTE: fails as with stock nova 34 ("Image is not in qcow2 format":
+    # NOTE: stock nova 34 fails here ("Image is not in qcow2 format":
     # finish_migration grows the raw file with qemu-img -f qcow2 before
-    # converting it); format-aware growth is issue 13's (issue 15 point 1).
-    # Remove both decorators when it lands: they then fail as unexpected
-    # successes.
-    @unittest.expectedFailure
+    # converting it). The plugin grows a disk in its real format and
+    # converts it with the destination's plan (driver._disk_raw_to_qcow2):
+    # the disk ends qcow2 and preallocated as the destination's mode says.
     def test_raw_to_qcow2_resize_confirm(self):
         self._test('space', resize=True, fmt='raw', dest_fmt='qcow2')
 
-    @unittest.expectedFailure
     def test_raw_to_qcow2_resize_revert(self):
         self._test('space', resize=True, revert=True, fmt='raw',
                    dest_fmt='qcow2')
