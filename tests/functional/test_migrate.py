@@ -18,7 +18,6 @@ SHARED (one instance directory; nova's cp -r).
 """
 
 import os
-import unittest
 
 from oslo_utils import units
 
