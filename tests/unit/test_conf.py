@@ -102,11 +102,15 @@ class TestOpts(base.TestCase):
                 kinds.append('bounds')
             elif isinstance(opt.type, types.Boolean):
                 kinds.append('boolean')
+            elif isinstance(opt.type, types.List):
+                self.assertTrue(opt.default, opt.name)
+                kinds.append('list')
             else:
                 self.fail('%s: a type this test does not know' % opt.name)
             self.assertTrue(opt.help.strip(), opt.name)
         self.assertEqual(['choices', 'boolean', 'choices', 'choices',
-                          'bounds', 'choices', 'bounds', 'bounds'], kinds)
+                          'bounds', 'choices', 'bounds', 'bounds', 'list'],
+                         kinds)
 
     def test_bad_value_names_option_and_choices(self):
         self.flags_fixture.load_raw_values(group='prealloc_backend',
