@@ -31,6 +31,7 @@ import fixtures
 from oslo_log import log as logging
 from oslo_utils import units
 
+from prealloc_backend import allocate
 from prealloc_backend import backend
 from prealloc_backend import exception
 from prealloc_backend import fsprobe
@@ -152,7 +153,7 @@ class EnospcTestCase(base.FaultBase):
         # Small calls, so that the fill is several calls long and the
         # filesystem runs out inside one of them.
         self.useFixture(fixtures.MockPatchObject(
-            backend, 'ZERO_FILL_CALL_BYTES', 4 * units.Mi))
+            allocate, 'ZERO_FILL_CALL_BYTES', 4 * units.Mi))
         calls = self._hog_after(prealloc_backend.privsep.fs,
                                 'zero_fill_range', calls=2)
         before, free_before = self._state(), self._free()
@@ -289,7 +290,7 @@ class TimeoutTestCase(base.FaultBase):
         self.useFixture(fixtures.MockPatchObject(
             prealloc_backend.privsep.fs, 'zero_fill_range', slow))
         self.useFixture(fixtures.MockPatchObject(
-            backend, 'ZERO_FILL_CALL_BYTES', 16 * units.Mi))
+            allocate, 'ZERO_FILL_CALL_BYTES', 16 * units.Mi))
         return calls
 
     def test_raw_new_disk(self):

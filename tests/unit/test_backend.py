@@ -31,8 +31,10 @@ from oslo_utils import units
 from oslo_utils import uuidutils
 import testscenarios
 
+from prealloc_backend import allocate
 from prealloc_backend import backend
 from prealloc_backend import exception
+from prealloc_backend import qemu
 from tests import base
 from tests import fixtures as pb_fixtures
 
@@ -360,12 +362,12 @@ class TestLongZeroFill(base.BackendTestCase):
     def setUp(self):
         super().setUp()
         self.useFixture(fixtures.MockPatchObject(
-            backend, 'ZERO_FILL_CALL_BYTES', 16 * units.Mi))
+            allocate, 'ZERO_FILL_CALL_BYTES', 16 * units.Mi))
         # NOTE: a clock that jumps 10 s per reading, so that 'minutes of
         # zero-filling' happen in a unit test without a timing assertion.
         clock = iter(range(0, 10 ** 6, 10))
         self.useFixture(fixtures.MockPatch(
-            'prealloc_backend.backend.time.monotonic',
+            'prealloc_backend.allocate.time.monotonic',
             side_effect=lambda: next(clock)))
 
     def test_timeout_removes_the_disk(self):
@@ -422,7 +424,7 @@ class TestConstructors(base.BackendTestCase):
         instance = objects.Instance(uuid=uuidutils.generate_uuid())
         # A spy, not a stand-in: any qemu-img run fails the test.
         qemu_calls = self.useFixture(fixtures.MockPatchObject(
-            backend.qemu, 'execute', side_effect=AssertionError('qemu-img')))
+            qemu, 'execute', side_effect=AssertionError('qemu-img')))
         for images_type in ('qcow2', 'raw'):
             img = backend.Backend(True).by_name(
                 instance, 'disk', images_type, disk_info_mapping=base.MAPPING)
