@@ -29,17 +29,19 @@ reboot, resize and migration targets). The subclasses here:
   creation interrupted by a crash is removed, not reused, next time.
 
 LVM, RBD and ploop keep nova's classes and behaviour.
+
+This module is the adapter only: nova calls in, one DiskPlan is made per
+disk operation (``_plan``: the flavor read there, the filesystem probed
+unless the mode is none) and executors carry it out: allocate.py (the
+blocks of a raw file), qcow2.py (overlays, growth), journal.py (the crash
+journal), qemu.py (qemu-img).
 """
 
-import errno
 import json
 import os
 import threading
-import time
 
-from nova.compute import task_states
 from nova import exception as nova_exception
-from nova import objects
 from nova import utils as nova_utils
 from nova.virt.disk import api as disk_api
 from nova.virt.disk.mount import api as mount
@@ -50,18 +52,16 @@ from oslo_concurrency import processutils
 from oslo_log import log as logging
 from oslo_utils import fileutils
 from oslo_utils.imageutils import format_inspector
-from oslo_utils import units
 
+from prealloc_backend import allocate
 from prealloc_backend import conf
 from prealloc_backend import exception
-from prealloc_backend import fileops
 from prealloc_backend import fsprobe
 from prealloc_backend import guestxml
 from prealloc_backend import journal
 from prealloc_backend import modes
 from prealloc_backend import policy
-import prealloc_backend.privsep.fs
-from prealloc_backend import qemu
+from prealloc_backend import qcow2
 
 LOG = logging.getLogger(__name__)
 CONF = conf.CONF
@@ -69,9 +69,6 @@ CONF = conf.CONF
 JOURNAL_SUFFIX = journal.JOURNAL_SUFFIX
 TMP_SUFFIX = journal.TMP_SUFFIX
 _Journal = journal.Journal
-# Bytes zero-filled per privileged call: progress, timeout and cancellation
-# are checked between calls.
-ZERO_FILL_CALL_BYTES = 256 * units.Mi
 # Disks made by Flat that are not instance disks: nothing to allocate.
 NOT_DISKS = ('kernel', 'ramdisk')
 
@@ -98,29 +95,6 @@ def _extra_specs(instance):
     except (AttributeError, NotImplementedError,
             nova_exception.ObjectActionError):
         return {}
-
-
-# OSError errnos of a call whose privsep daemon died under it (None: the
-# 'Premature eof' of oslo.privsep).
-_DAEMON_GONE = (errno.EPIPE, errno.ECONNRESET, None)
-
-
-def _privileged(func, *args):
-    """Call a privileged entrypoint of prealloc_backend.privsep.fs.
-
-    The entrypoints are idempotent (fallocate, zero-fill of holes): when
-    the daemon died under a call, the call is made once more, which starts
-    a new daemon. Other errors propagate.
-    """
-    try:
-        return func(*args)
-    except OSError as exc:
-        if exc.errno not in _DAEMON_GONE:
-            raise
-        LOG.warning('The prealloc_backend privsep daemon died during '
-                    '%(call)s (%(err)s): calling it again',
-                    {'call': getattr(func, '__name__', func), 'err': exc})
-        return func(*args)
 
 
 def _flushed(fetch_func):
@@ -197,17 +171,6 @@ class _PreallocImage:
         return policy.ExistingDisk(allocated_bytes=st.st_blocks * 512,
                                    virtual_size=st.st_size)
 
-    def _existing_qcow2(self):
-        """(ExistingDisk, qemu-img info) of this qcow2 disk as it is now."""
-        st = os.stat(self.path)
-        info = qemu.info(self.path, 'qcow2')
-        data = info.get('format-specific', {}).get('data', {})
-        return policy.ExistingDisk(
-            allocated_bytes=st.st_blocks * 512,
-            virtual_size=info['virtual-size'],
-            cluster_size=info.get('cluster-size'),
-            extended_l2=bool(data.get('extended-l2', False))), info
-
     def _real_format(self):
         """The disk's format read from its header, not from driver_format.
 
@@ -262,97 +225,21 @@ class _PreallocImage:
         """Hook: allocate the blocks of the disk as it now is."""
 
     def _allocate_file(self, created):
-        """Allocate every block of the file as it is now (holes only):
-        fallocate, or zero-fill, as the plan says. A disk that existed
-        before is planned as such: never failed for space, left thin.
+        """Allocate the holes of the file as it is now, as the plan says
+        (allocate.py). A disk that existed before is planned as such: never
+        failed for space, left thin.
         """
         existing = (None if created else
                     self._existing(policy.DiskFormat.RAW))
         size = os.stat(self.path).st_size
-        plan = self._plan(policy.DiskFormat.RAW, size, existing=existing)
-        if plan.raw_action in (None, policy.RawAction.NOTHING):
-            return
-        st = os.stat(self.path)
-        # NOTE: st_blocks, not SEEK_HOLE: blocks reserved by fallocate are
-        # unwritten extents that SEEK_HOLE may report as holes, and a disk
-        # allocated long ago must not fail a hard reboot on a full host.
-        unallocated = max(0, size - st.st_blocks * 512)
-        if not unallocated and plan.raw_action is policy.RawAction.FALLOCATE:
-            return
-        if created:
-            fsprobe.check_free_space(self.path, unallocated)
-        action = plan.raw_action
-        if action is policy.RawAction.FALLOCATE:
-            try:
-                _privileged(prealloc_backend.privsep.fs.fallocate_range,
-                            self.path, 0, size)
-                LOG.info('Allocated %(path)s (%(size)d bytes, '
-                         '%(holes)d were not allocated)',
-                         {'path': self.path, 'size': size,
-                          'holes': unallocated})
-                return
-            except OSError as exc:
-                if not fileops.is_unsupported(exc):
-                    raise exception.AllocationFailed(path=self.path,
-                                                     reason=str(exc))
-                fsprobe.record_unsupported(os.path.dirname(self.path))
-                plan = self._plan(policy.DiskFormat.RAW, size,
-                                  existing=existing)
-                if plan.raw_action is not policy.RawAction.ZERO_FILL:
-                    return
-        self._zero_fill(size)
 
-    def _check_not_deleted(self):
-        """Raise AllocationCancelled when the instance is being deleted.
+        def replan():
+            return self._plan(policy.DiskFormat.RAW, size, existing=existing)
 
-        Zero-filling a large disk takes minutes; a user deleting the server
-        meanwhile should not wait for it, nor leave the disk behind.
-        """
-        instance = self._prealloc_instance
-        context = getattr(instance, '_context', None)
-        if instance is None or context is None:
-            return
-        try:
-            current = objects.Instance.get_by_uuid(context, instance.uuid,
-                                                   expected_attrs=[])
-        except nova_exception.InstanceNotFound:
-            raise exception.AllocationCancelled(
-                path=self.path, reason='the instance was deleted')
-        if current.task_state == task_states.DELETING or current.deleted:
-            raise exception.AllocationCancelled(
-                path=self.path, reason='the instance is being deleted')
-
-    def _zero_fill(self, size):
-        timeout = self._opts.allocation_timeout
-        interval = self._opts.progress_interval
-        started = last_log = time.monotonic()
-        written = 0
-        for offset in range(0, size, ZERO_FILL_CALL_BYTES):
-            length = min(ZERO_FILL_CALL_BYTES, size - offset)
-            try:
-                written += _privileged(
-                    prealloc_backend.privsep.fs.zero_fill_range,
-                    self.path, offset, length)
-            except OSError as exc:
-                raise exception.AllocationFailed(path=self.path,
-                                                 reason=str(exc))
-            now = time.monotonic()
-            if timeout and now - started > timeout:
-                raise exception.AllocationTimeout(path=self.path,
-                                                  timeout=timeout)
-            if now - last_log >= interval:
-                last_log = now
-                self._check_not_deleted()
-                done = offset + length
-                LOG.info('Zero-filling %(path)s: %(done)d of %(total)d MiB '
-                         '(%(pct)d%%), %(rate).0f MiB/s',
-                         {'path': self.path, 'done': done // units.Mi,
-                          'total': size // units.Mi,
-                          'pct': 100 * done // size,
-                          'rate': written / units.Mi / (now - started)})
-        LOG.info('Zero-filled %(path)s: %(written)d bytes written in '
-                 '%(secs).1f s', {'path': self.path, 'written': written,
-                                  'secs': time.monotonic() - started})
+        allocate.allocate_file(
+            self.path, replan(), replan, created, self._opts,
+            check_cancelled=lambda: allocate.check_not_deleted(
+                self._prealloc_instance, self.path))
 
     def _grow(self, size):
         """Grow the disk to ``size`` in its real format (raw or qcow2,
@@ -371,23 +258,13 @@ class _PreallocImage:
 
     def _grow_qcow2(self, size):
         """Grow a qcow2 file to ``size``, preallocating the new area."""
-        existing, info = self._existing_qcow2()
+        existing, info = qcow2.existing(self.path)
         if size <= existing.virtual_size:
             return False
         plan = self._plan(policy.DiskFormat.QCOW2, size, existing=existing,
                           backing=bool(info.get('backing-filename')))
-        LOG.info('Growing %(path)s from %(old)d to %(new)d bytes with '
-                 'preallocation=%(prealloc)s',
-                 {'path': self.path, 'old': existing.virtual_size,
-                  'new': size, 'prealloc': plan.preallocation.value})
-        qemu.resize(self.path, 'qcow2', size, plan.preallocation,
-                    timeout=self._opts.allocation_timeout)
-        grown = qemu.info(self.path, 'qcow2')['virtual-size']
-        if grown < size:
-            raise exception.QemuImgOutputError(
-                cmd='qemu-img resize', reason='it reported success but the '
-                'virtual size is %d, not %d' % (grown, size),
-                output=self.path)
+        qcow2.grow(self.path, existing.virtual_size, plan,
+                   timeout=self._opts.allocation_timeout)
         return True
 
     def libvirt_info(self, cache_mode, extra_specs, boot_order=None,
@@ -405,7 +282,7 @@ class _PreallocImage:
                 not os.path.exists(self.path)):
             return info
         try:
-            existing, qinfo = self._existing_qcow2()
+            existing, qinfo = qcow2.existing(self.path)
         except exception.PreallocError as exc:
             LOG.warning('No <metadata_cache> for %(path)s: %(err)s',
                         {'path': self.path, 'err': exc})
@@ -505,27 +382,13 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
         self.verify_base_size(base, size)
         virtual_size = max(size or 0, base_info.virtual_size)
         plan = self._plan(policy.DiskFormat.QCOW2, virtual_size)
-        tmp = self.path + TMP_SUFFIX
 
         @nova_utils.synchronized(self._get_lock_name(base), external=True,
                                  lock_path=self.lock_path)
         def create_overlay():
-            started = time.monotonic()
-            with fileutils.remove_path_on_error(tmp):
-                qemu.create_overlay(tmp, virtual_size, base,
-                                    base_info.file_format, plan,
-                                    timeout=self._opts.allocation_timeout)
-                qemu.check_overlay(tmp, virtual_size, base, plan)
-                os.rename(tmp, self.path)
-            LOG.info('Created %(path)s: qcow2 overlay of %(base)s, '
-                     '%(size)d bytes, preallocation=%(prealloc)s, '
-                     'cluster_size=%(cluster)d, extended_l2=%(ext)s in '
-                     '%(secs).2f s',
-                     {'path': self.path, 'base': base, 'size': virtual_size,
-                      'prealloc': plan.preallocation.value,
-                      'cluster': plan.cluster_size,
-                      'ext': plan.extended_l2,
-                      'secs': time.monotonic() - started})
+            qcow2.create_overlay(self.path, virtual_size, base,
+                                 base_info.file_format, plan,
+                                 timeout=self._opts.allocation_timeout)
 
         create_overlay()
 

@@ -61,9 +61,6 @@ QEMU_DEFAULT_L2_CACHE = 32 * units.Mi
 # MIN_REFCOUNT_CACHE_SIZE); cache-size must leave room for them.
 MIN_REFCOUNT_CACHE_CLUSTERS = 4
 MIN_CLUSTER = 64 * units.Ki
-MAX_CLUSTER = 2 * units.Mi
-# extended_l2 needs clusters of at least 16 KiB (32 subclusters of 512 B).
-MIN_EXTENDED_L2_CLUSTER = 16 * units.Ki
 # Default cluster: 4 KiB subclusters with extended_l2 (32 per cluster).
 DEFAULT_CLUSTER = 128 * units.Ki
 # QEMU's default, which nova's own overlays get from a raw base.
@@ -483,74 +480,3 @@ class _Override:
         if name in self._values:
             return self._values[name]
         return getattr(self._opts, name)
-
-
-# --- Compatibility --------------------------------------------------------
-# NOTE: cmd/check.py and the benchmark still call these; they are answered
-# from make_plan's own functions so that nothing decides differently, and
-# go away once those consumers call make_plan (issue 13).
-
-QEMU_PREALLOCATION = {mode: value.value
-                      for mode, value in QCOW2_PREALLOCATION.items()}
-RAW_NOTHING = 'none'
-RAW_FALLOCATE = 'fallocate'
-RAW_ZERO_FILL = 'zero-fill'
-_RAW_NAMES = {RawAction.NOTHING: RAW_NOTHING,
-              RawAction.FALLOCATE: RAW_FALLOCATE,
-              RawAction.ZERO_FILL: RAW_ZERO_FILL}
-
-
-@dataclasses.dataclass(frozen=True)
-class Qcow2Layout:
-    """How a qcow2 overlay is created (compatibility: see DiskPlan)."""
-    preallocation: str
-    extended_l2: bool
-    cluster_size: int
-    warning: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class RawPlan:
-    """What to do to a raw file's blocks (compatibility: see DiskPlan)."""
-    action: str
-    warning: str | None = None
-
-
-class _Opts:
-    def __init__(self, **values):
-        self.__dict__.update(values)
-
-
-def cluster_size(setting, virtual_size=None, extended_l2=True):
-    """The cluster size ``setting`` names (compatibility)."""
-    return chosen_cluster_size(_Opts(qcow2_cluster_size=setting), {})
-
-
-def qcow2_overlay_layout(mode, virtual_size, extended_l2, cluster_setting,
-                         fallocate_ok, fallocate_policy, path,
-                         fstype='unknown'):
-    """The layout of a new qcow2 overlay (compatibility: make_plan)."""
-    opts = _Opts(qcow2_extended_l2=extended_l2,
-                 qcow2_cluster_size=cluster_setting,
-                 fallocate_unsupported=fallocate_policy,
-                 qcow2_l2_cache='qemu-default',
-                 qcow2_metadata_cache_max_mb=0)
-    if mode is Mode.NONE:
-        # make_plan leaves mode none to nova; this answers the layout the
-        # plugin's own overlay would have.
-        return Qcow2Layout('off', extended_l2,
-                           chosen_cluster_size(opts, {}))
-    plan = make_plan(opts, {}, mode, DiskFormat.QCOW2, virtual_size,
-                     FsFacts(fallocate_ok, fstype, 0), path=path)
-    return Qcow2Layout(plan.preallocation.value, plan.extended_l2,
-                       plan.cluster_size, plan.warning)
-
-
-def raw_plan(mode, fallocate_ok, fallocate_policy, path, fstype='unknown'):
-    """What to do with the blocks of a raw disk (compatibility)."""
-    opts = _Opts(fallocate_unsupported=fallocate_policy)
-    if mode is Mode.NONE:
-        return RawPlan(RAW_NOTHING)
-    action, warning = _raw_action(mode, opts,
-                                  FsFacts(fallocate_ok, fstype, 0), path)
-    return RawPlan(_RAW_NAMES[action], warning)

@@ -13,13 +13,18 @@
 """Base test case: real temporary instances_path, real qemu-img."""
 
 import os
+import subprocess
+import threading
 
 import fixtures
 from nova import objects
 from oslo_config import fixture as config_fixture
+from oslo_log import log as logging
+from oslo_utils import units
 from oslo_utils import uuidutils
 from oslotest import base
 
+from prealloc_backend import backend
 from prealloc_backend import conf
 from prealloc_backend import fsprobe
 from tests import fixtures as pb_fixtures
@@ -65,3 +70,90 @@ class TestCase(base.BaseTestCase):
         base_dir = os.path.join(self.instances_path, '_base')
         os.makedirs(base_dir, exist_ok=True)
         return os.path.join(base_dir, name)
+
+
+# Disks of the backend's tests (unit and privileged tiers).
+DISK = units.Gi
+BASE = 3 * units.Mi + 12345  # not a multiple of any cluster size
+MAPPING = {'bus': 'virtio', 'dev': 'vda', 'type': 'disk'}
+
+
+class BackendTestCase(TestCase):
+    """Disks made as nova's libvirt driver makes them: through
+    ``Backend.by_name(...).cache(fetch_func, filename, size, ...)``, the
+    fetch from Glance replaced by a real base image.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.fetches = []
+
+    def image(self, images_type, mode=None, name='disk', extra_specs=None,
+              instance=None, use_cow=True):
+        if mode is not None:
+            self.flags(mode=mode, group='prealloc_backend')
+        self.instance = instance or self.make_instance(extra_specs)
+        return backend.Backend(use_cow).by_name(
+            self.instance, name, images_type, disk_info_mapping=MAPPING)
+
+    def fetch(self, fmt, seed=1, size=BASE):
+        def fetch_func(target, *args, **kwargs):
+            self.fetches.append(target)
+            pb_fixtures.make_base(target, fmt, size, seed)
+        return fetch_func
+
+    def cache(self, img, fmt='raw', size=DISK, filename='base-image',
+              seed=1):
+        img.cache(fetch_func=self.fetch(fmt, seed), filename=filename,
+                  size=size, image_id='image-id')
+        return os.path.join(self.instances_path, '_base', filename)
+
+    def assert_same_content(self, disk, base_path):
+        code, out = pb_fixtures.qemu_img_compare(disk, base_path)
+        self.assertEqual(0, code, out)
+
+    def assert_no_leftovers(self, disk):
+        self.assertFalse(os.path.exists(disk + backend.TMP_SUFFIX))
+        self.assertFalse(os.path.exists(disk + backend.JOURNAL_SUFFIX))
+
+
+class FaultBase(TestCase):
+    """Disks spawned from a raw source image copied as nova's fetch
+    would, with the log captured; faults are injected by the subclasses.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.scratch = self.useFixture(fixtures.TempDir()).path
+        self.logs = self.useFixture(fixtures.FakeLogger(
+            level=logging.INFO, format='%(levelname)s %(message)s'))
+        self.fetched = []
+        self._fetch_lock = threading.Lock()
+
+    def fetcher(self, source):
+        def fetch(target, *args, **kwargs):
+            with self._fetch_lock:
+                self.fetched.append(target)
+            subprocess.run(['cp', '--sparse=always', source, target],
+                           check=True, capture_output=True)
+        return fetch
+
+    def spawn(self, instance, images_type, source, filename, size,
+              disk_name='disk'):
+        image = backend.Backend(images_type == 'qcow2').by_name(
+            instance, disk_name, images_type)
+        image.cache(fetch_func=self.fetcher(source), filename=filename,
+                    size=size, image_id=filename)
+        return image
+
+    def disk_path(self, instance, disk_name='disk'):
+        return os.path.join(self.instances_path, instance.uuid, disk_name)
+
+    def assert_no_leftovers(self, disk, allow_disk=False):
+        for suffix in (backend.JOURNAL_SUFFIX, backend.TMP_SUFFIX):
+            self.assertFalse(os.path.exists(disk + suffix), disk + suffix)
+        if not allow_disk:
+            self.assertFalse(os.path.exists(disk), disk)
+            leftovers = [name for name in os.listdir(os.path.dirname(disk))
+                         if name not in pb_fixtures.NOVA_FILES]
+            self.assertEqual([], leftovers)

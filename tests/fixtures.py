@@ -10,20 +10,25 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Test fixtures shared by the unit and functional tiers.
+"""Test fixtures and helpers shared by the unit, privileged and functional
+tiers.
 
 Everything here is real: loop-mounted filesystems, qemu-img made images,
 the plugin's privsep entrypoints run in-process (client mode off) unless a
 test starts the real daemon.
 """
 
+import hashlib
 import os
+import random
 import shutil
 import subprocess
 import tempfile
+import time
 
 import fixtures
 import nova.privsep
+from oslo_utils import units
 
 from prealloc_backend import fileops
 from prealloc_backend import fsprobe
@@ -225,3 +230,77 @@ def check_sections(conf_path, instances_path, **prealloc):
             'helper_command': '%s --config-file %s' % (helper, conf_path),
         },
     }
+
+
+# Bounded waits: a wait that runs out fails with the state it saw.
+WAIT = 60
+# Files nova itself writes beside a disk (not the plugin's to remove).
+NOVA_FILES = ('disk.info',)
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(units.Mi), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def guest_sha(path):
+    """sha256 of what a guest reads from the disk (through qemu-img)."""
+    out = path + '.view'
+    subprocess.run(['qemu-img', 'convert', '-U', '-O', 'raw', path, out],
+                   check=True, capture_output=True)
+    try:
+        return sha256_of(out), os.path.getsize(out)
+    finally:
+        os.unlink(out)
+
+
+def write_source(path, size, seed):
+    """A raw image of random, incompressible content (no holes)."""
+    rng = random.Random(seed)
+    block = rng.randbytes(units.Mi)
+    with open(path, 'wb') as f:
+        for index in range(0, size, units.Mi):
+            f.write(index.to_bytes(8, 'little') +
+                    block[8:min(units.Mi, size - index)])
+    return path
+
+
+def find_processes(program, marker, session=None):
+    """pids of live processes running ``program`` with ``marker`` among
+    their arguments (and in ``session``, when given).
+    """
+    found = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open('/proc/%s/cmdline' % entry, 'rb') as f:
+                argv = f.read().split(b'\0')
+            with open('/proc/%s/stat' % entry) as f:
+                stat = f.read().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        if stat[0] == 'Z' or not argv or not argv[0]:
+            continue
+        if session is not None and int(stat[3]) != session:
+            continue
+        if (os.path.basename(argv[0].decode()) == program and
+                any(marker.encode() in arg for arg in argv)):
+            found.append(int(entry))
+    return found
+
+
+def wait_until(predicate, what, proc=None):
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError('process ended (%s) before %s'
+                                 % (proc.returncode, what))
+        time.sleep(0.001)
+    raise AssertionError('gave up waiting for %s' % what)

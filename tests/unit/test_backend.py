@@ -31,65 +31,27 @@ from oslo_utils import units
 from oslo_utils import uuidutils
 import testscenarios
 
+from prealloc_backend import allocate
 from prealloc_backend import backend
 from prealloc_backend import exception
-from prealloc_backend import fsprobe
+from prealloc_backend import qemu
 from tests import base
 from tests import fixtures as pb_fixtures
 
 load_tests = testscenarios.load_tests_apply_scenarios
 
-DISK = units.Gi
-BASE = 3 * units.Mi + 12345  # not a multiple of any cluster size
-MAPPING = {'bus': 'virtio', 'dev': 'vda', 'type': 'disk'}
 
-
-class BackendTestCase(base.TestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.fetches = []
-
-    def image(self, images_type, mode=None, name='disk', extra_specs=None,
-              instance=None, use_cow=True):
-        if mode is not None:
-            self.flags(mode=mode, group='prealloc_backend')
-        self.instance = instance or self.make_instance(extra_specs)
-        return backend.Backend(use_cow).by_name(
-            self.instance, name, images_type, disk_info_mapping=MAPPING)
-
-    def fetch(self, fmt, seed=1, size=BASE):
-        def fetch_func(target, *args, **kwargs):
-            self.fetches.append(target)
-            pb_fixtures.make_base(target, fmt, size, seed)
-        return fetch_func
-
-    def cache(self, img, fmt='raw', size=DISK, filename='base-image',
-              seed=1):
-        img.cache(fetch_func=self.fetch(fmt, seed), filename=filename,
-                  size=size, image_id='image-id')
-        return os.path.join(self.instances_path, '_base', filename)
-
-    def assert_same_content(self, disk, base_path):
-        code, out = pb_fixtures.qemu_img_compare(disk, base_path)
-        self.assertEqual(0, code, out)
-
-    def assert_no_leftovers(self, disk):
-        self.assertFalse(os.path.exists(disk + backend.TMP_SUFFIX))
-        self.assertFalse(os.path.exists(disk + backend.JOURNAL_SUFFIX))
-
-
-class TestQcow2Overlay(BackendTestCase):
+class TestQcow2Overlay(base.BackendTestCase):
     """qcow2 copy-on-write overlays, per mode."""
 
     scenarios = [
         ('none', {'mode': 'none', 'min_alloc': 0, 'max_alloc': units.Mi}),
         ('metadata', {'mode': 'metadata', 'min_alloc': 300 * units.Ki,
                       'max_alloc': 2 * units.Mi}),
-        ('space', {'mode': 'space', 'min_alloc': DISK,
-                   'max_alloc': DISK + 4 * units.Mi}),
-        ('full', {'mode': 'full', 'min_alloc': DISK,
-                  'max_alloc': DISK + 4 * units.Mi}),
+        ('space', {'mode': 'space', 'min_alloc': base.DISK,
+                   'max_alloc': base.DISK + 4 * units.Mi}),
+        ('full', {'mode': 'full', 'min_alloc': base.DISK,
+                  'max_alloc': base.DISK + 4 * units.Mi}),
     ]
 
     def test_create(self):
@@ -97,7 +59,7 @@ class TestQcow2Overlay(BackendTestCase):
         base_path = self.cache(img, fmt='qcow2')
         info = pb_fixtures.qemu_img_info(img.path)
         self.assertEqual('qcow2', info['format'])
-        self.assertEqual(DISK, info['virtual-size'])
+        self.assertEqual(base.DISK, info['virtual-size'])
         self.assertEqual(base_path, info['backing-filename'])
         # Mode none: nova's own overlay (QEMU's 64K, no extended_l2).
         none = self.mode == 'none'
@@ -129,26 +91,27 @@ class TestQcow2Overlay(BackendTestCase):
         self.assertEqual(0, first['start'])
         self.assertEqual(1, first['depth'])
         self.assertTrue(first['data'])
-        self.assertEqual(DISK, extents[-1]['start'] + extents[-1]['length'])
+        self.assertEqual(base.DISK,
+                         extents[-1]['start'] + extents[-1]['length'])
         self.assert_same_content(img.path, base_path)
 
     def test_grow_keeps_mode_and_data(self):
         img = self.image('qcow2', self.mode)
         base_path = self.cache(img, fmt='qcow2')
-        self.cache(img, fmt='qcow2', size=2 * DISK)
+        self.cache(img, fmt='qcow2', size=2 * base.DISK)
         info = pb_fixtures.qemu_img_info(img.path)
-        self.assertEqual(2 * DISK, info['virtual-size'])
+        self.assertEqual(2 * base.DISK, info['virtual-size'])
         alloc = pb_fixtures.allocated(img.path)
         if self.mode in ('space', 'full'):
-            self.assertGreaterEqual(alloc, 2 * DISK)
+            self.assertGreaterEqual(alloc, 2 * base.DISK)
         else:
-            self.assertLess(alloc, DISK)
+            self.assertLess(alloc, base.DISK)
         self.assert_same_content(img.path, base_path)
         self.assertEqual(1, len(self.fetches))
         self.assert_no_leftovers(img.path)
 
 
-class TestSparseCopy(BackendTestCase):
+class TestSparseCopy(base.BackendTestCase):
     """nova copies a resized or migrated instance's disks sparsely."""
 
     scenarios = [('qcow2', {'fmt': 'qcow2'}), ('raw', {'fmt': 'raw'})]
@@ -161,14 +124,14 @@ class TestSparseCopy(BackendTestCase):
         copy = img.path + '.copy'
         subprocess.run(['cp', '--sparse=always', img.path, copy], check=True)
         os.rename(copy, img.path)
-        self.assertLess(pb_fixtures.allocated(img.path), DISK // 2)
+        self.assertLess(pb_fixtures.allocated(img.path), base.DISK // 2)
         self.cache(img, fmt=self.fmt)
-        self.assertGreaterEqual(pb_fixtures.allocated(img.path), DISK)
+        self.assertGreaterEqual(pb_fixtures.allocated(img.path), base.DISK)
         self.assert_same_content(img.path, base_path)
         self.assert_no_leftovers(img.path)
 
 
-class TestRaw(BackendTestCase):
+class TestRaw(base.BackendTestCase):
     """raw (flat) disks copied from a raw base, per mode."""
 
     scenarios = [
@@ -181,10 +144,10 @@ class TestRaw(BackendTestCase):
     def test_create(self):
         img = self.image('raw', self.mode)
         base_path = self.cache(img, fmt='raw')
-        self.assertEqual(DISK, os.path.getsize(img.path))
+        self.assertEqual(base.DISK, os.path.getsize(img.path))
         alloc = pb_fixtures.allocated(img.path)
         if self.full:
-            self.assertGreaterEqual(alloc, DISK)
+            self.assertGreaterEqual(alloc, base.DISK)
         else:
             self.assertLess(alloc, 8 * units.Mi)
         self.assert_same_content(img.path, base_path)
@@ -194,24 +157,24 @@ class TestRaw(BackendTestCase):
         img = self.image('raw', self.mode)
         base_path = self.cache(img, fmt='raw')
         with open(img.path, 'r+b') as f:
-            f.seek(DISK - 4096)
+            f.seek(base.DISK - 4096)
             f.write(b'\x5a' * 4096)  # data written by the guest
-        self.cache(img, fmt='raw', size=2 * DISK)
-        self.assertEqual(2 * DISK, os.path.getsize(img.path))
+        self.cache(img, fmt='raw', size=2 * base.DISK)
+        self.assertEqual(2 * base.DISK, os.path.getsize(img.path))
         alloc = pb_fixtures.allocated(img.path)
         if self.full:
-            self.assertGreaterEqual(alloc, 2 * DISK)
+            self.assertGreaterEqual(alloc, 2 * base.DISK)
         else:
             self.assertLess(alloc, 8 * units.Mi)
         with open(img.path, 'rb') as f:
-            f.seek(DISK - 4096)
+            f.seek(base.DISK - 4096)
             self.assertEqual(b'\x5a' * 4096, f.read(4096))
             self.assertEqual(bytes(4096), f.read(4096))
         with open(base_path, 'rb') as src, open(img.path, 'rb') as dst:
-            self.assertEqual(src.read(), dst.read(BASE))
+            self.assertEqual(src.read(), dst.read(base.BASE))
 
 
-class TestGeneratedDisks(BackendTestCase):
+class TestGeneratedDisks(base.BackendTestCase):
     """Ephemeral and swap disks: generated by nova, not fetched."""
 
     def ephemeral(self, target, *args, **kwargs):
@@ -258,10 +221,10 @@ class TestGeneratedDisks(BackendTestCase):
         img = self.image('raw', 'full', name='kernel')
         img.cache(fetch_func=self.fetch('raw'), filename='kernel-id',
                   image_id='kernel-id')
-        self.assertLess(pb_fixtures.allocated(img.path), BASE)
+        self.assertLess(pb_fixtures.allocated(img.path), base.BASE)
 
 
-class TestFlavorOverride(BackendTestCase):
+class TestFlavorOverride(base.BackendTestCase):
 
     def test_flavor_mode_beats_host_mode(self):
         self.flags(preallocate_images='space')
@@ -274,7 +237,7 @@ class TestFlavorOverride(BackendTestCase):
         self.flags(preallocate_images='space')
         img = self.image('qcow2')
         self.cache(img, fmt='qcow2')
-        self.assertGreaterEqual(pb_fixtures.allocated(img.path), DISK)
+        self.assertGreaterEqual(pb_fixtures.allocated(img.path), base.DISK)
 
     def test_bad_flavor_value_fails_creation_only(self):
         img = self.image('qcow2', extra_specs={'prealloc:mode': 'turbo'})
@@ -287,7 +250,7 @@ class TestFlavorOverride(BackendTestCase):
         self.assertFalse(os.path.exists(img.path))
 
 
-class TestGuestXML(BackendTestCase):
+class TestGuestXML(base.BackendTestCase):
 
     def disk_xml(self, img):
         return etree.fromstring(img.libvirt_info('none', {}).to_xml())
@@ -314,7 +277,7 @@ class TestGuestXML(BackendTestCase):
         self.assertIsNone(self.disk_xml(img).find('driver/metadata_cache'))
 
 
-class TestFailures(BackendTestCase):
+class TestFailures(base.BackendTestCase):
 
     def test_not_enough_space_raw(self):
         img = self.image('raw', 'space')
@@ -350,7 +313,7 @@ class TestFailures(BackendTestCase):
         with open(img.path + backend.JOURNAL_SUFFIX, 'w') as f:
             json.dump({'created': True}, f)
         base_path = self.cache(img, fmt='raw')
-        self.assertEqual(DISK, os.path.getsize(img.path))
+        self.assertEqual(base.DISK, os.path.getsize(img.path))
         self.assert_same_content(img.path, base_path)
         self.assert_no_leftovers(img.path)
 
@@ -393,18 +356,18 @@ class TestFailures(BackendTestCase):
         self.assert_no_leftovers(img.path)
 
 
-class TestLongZeroFill(BackendTestCase):
+class TestLongZeroFill(base.BackendTestCase):
     """Timeout and cancellation between zero-fill calls."""
 
     def setUp(self):
         super().setUp()
         self.useFixture(fixtures.MockPatchObject(
-            backend, 'ZERO_FILL_CALL_BYTES', 16 * units.Mi))
+            allocate, 'ZERO_FILL_CALL_BYTES', 16 * units.Mi))
         # NOTE: a clock that jumps 10 s per reading, so that 'minutes of
         # zero-filling' happen in a unit test without a timing assertion.
         clock = iter(range(0, 10 ** 6, 10))
         self.useFixture(fixtures.MockPatch(
-            'prealloc_backend.backend.time.monotonic',
+            'prealloc_backend.allocate.time.monotonic',
             side_effect=lambda: next(clock)))
 
     def test_timeout_removes_the_disk(self):
@@ -434,7 +397,7 @@ class TestLongZeroFill(BackendTestCase):
         self.assert_no_leftovers(img.path)
 
 
-class TestOtherBackends(BackendTestCase):
+class TestOtherBackends(base.BackendTestCase):
 
     def test_lvm_rbd_ploop_keep_nova_classes(self):
         be = backend.Backend(True)
@@ -450,71 +413,7 @@ class TestOtherBackends(BackendTestCase):
         self.assertTrue(issubclass(backend.Flat, imagebackend.Flat))
 
 
-class TestFilesystems(BackendTestCase):
-    """Real loop-mounted filesystems (root only)."""
-
-    def test_ext4_without_extents_policies(self):
-        self.use_loop_fs('ext4-noextents', 80)
-        self.assertFalse(fsprobe.supports_fallocate(self.instances_path))
-        self.flags(preallocate_images='space')
-        size = 16 * units.Mi
-        # warn: raw stays thin, qcow2 gets metadata preallocation.
-        raw = self.image('raw')
-        self.cache(raw, 'raw', size=size, filename='b1')
-        self.assertLess(pb_fixtures.allocated(raw.path), size // 2)
-        qcow = self.image('qcow2')
-        self.cache(qcow, 'qcow2', size=size, filename='b2')
-        self.assertLess(pb_fixtures.allocated(qcow.path), size // 2)
-        # fail: a clear error, no disk left.
-        self.flags(fallocate_unsupported='fail', group='prealloc_backend')
-        for fmt in ('raw', 'qcow2'):
-            img = self.image(fmt)
-            exc = self.assertRaises(exception.FallocateUnsupported,
-                                    self.cache, img, fmt, size, 'b3')
-            self.assertIn('ext4', str(exc))
-            self.assertFalse(os.path.exists(img.path))
-        # zero-fill: allocated by writing zeros, content intact.
-        self.flags(fallocate_unsupported='zero-fill',
-                   group='prealloc_backend')
-        for fmt in ('raw', 'qcow2'):
-            img = self.image(fmt)
-            base_path = self.cache(img, fmt, size=size, filename='b4' + fmt)
-            self.assertGreaterEqual(pb_fixtures.allocated(img.path), size)
-            self.assert_same_content(img.path, base_path)
-
-    def test_probe_is_per_filesystem(self):
-        tmp = self.instances_path
-        self.assertTrue(fsprobe.supports_fallocate(tmp))
-        self.use_loop_fs('ext4-noextents', 16)
-        self.assertFalse(fsprobe.supports_fallocate(self.instances_path))
-        self.assertTrue(fsprobe.supports_fallocate(tmp))
-        self.assertEqual('ext4', fsprobe.fs_type(self.instances_path))
-
-    def test_xfs_space(self):
-        self.use_loop_fs('xfs', 300)
-        self.flags(preallocate_images='space')
-        for fmt in ('raw', 'qcow2'):
-            img = self.image(fmt)
-            base_path = self.cache(img, fmt, size=64 * units.Mi,
-                                   filename='x' + fmt)
-            self.assertGreaterEqual(pb_fixtures.allocated(img.path),
-                                    64 * units.Mi)
-            self.assert_same_content(img.path, base_path)
-
-    def test_small_filesystem_refuses_before_writing(self):
-        fs = self.use_loop_fs('ext4', 64)
-        self.flags(preallocate_images='space')
-        img = self.image('qcow2')
-        before = fsprobe.free_bytes(fs.path)
-        exc = self.assertRaises(exception.InsufficientDiskSpace, self.cache,
-                                img, 'qcow2', 256 * units.Mi)
-        self.assertIn(img.path, str(exc))
-        self.assertFalse(os.path.exists(img.path))
-        # Only the base image (a few MiB) was written.
-        self.assertGreater(fsprobe.free_bytes(fs.path), before - 8 * units.Mi)
-
-
-class TestConstructors(BackendTestCase):
+class TestConstructors(base.BackendTestCase):
     """A disk object only records its arguments, as nova's do."""
 
     def test_no_flavor_load_no_probe_no_qemu_img(self):
@@ -525,10 +424,10 @@ class TestConstructors(BackendTestCase):
         instance = objects.Instance(uuid=uuidutils.generate_uuid())
         # A spy, not a stand-in: any qemu-img run fails the test.
         qemu_calls = self.useFixture(fixtures.MockPatchObject(
-            backend.qemu, 'execute', side_effect=AssertionError('qemu-img')))
+            qemu, 'execute', side_effect=AssertionError('qemu-img')))
         for images_type in ('qcow2', 'raw'):
             img = backend.Backend(True).by_name(
-                instance, 'disk', images_type, disk_info_mapping=MAPPING)
+                instance, 'disk', images_type, disk_info_mapping=base.MAPPING)
             self.assertFalse(img.preallocate)
         self.assertFalse(qemu_calls.mock.called)
         self.assertEqual([], [f for f in os.listdir(self.instances_path)
@@ -536,19 +435,19 @@ class TestConstructors(BackendTestCase):
         self.assertFalse(instance.obj_attr_is_set('flavor'))
 
 
-class TestFormatAwareGrowth(BackendTestCase):
+class TestFormatAwareGrowth(base.BackendTestCase):
 
     def test_raw_file_handed_to_qcow2_grows_as_raw(self):
         # What finish_migration does after a copy from a raw host: the
         # destination's Qcow2 object grows a file that is still raw.
         img = self.image('qcow2', 'space')
         os.makedirs(os.path.dirname(img.path), exist_ok=True)
-        pb_fixtures.make_base(img.path, 'raw', BASE, 7)
+        pb_fixtures.make_base(img.path, 'raw', base.BASE, 7)
         with open(img.path, 'rb') as f:
-            before = f.read(BASE)
-        img.resize_image(DISK)
+            before = f.read(base.BASE)
+        img.resize_image(base.DISK)
         info = pb_fixtures.qemu_img_info(img.path)
         self.assertEqual('raw', info['format'])
-        self.assertEqual(DISK, info['virtual-size'])
+        self.assertEqual(base.DISK, info['virtual-size'])
         with open(img.path, 'rb') as f:
-            self.assertEqual(before, f.read(BASE))
+            self.assertEqual(before, f.read(base.BASE))
