@@ -41,6 +41,7 @@ import json
 import os
 import threading
 
+from nova.compute import task_states
 from nova import exception as nova_exception
 from nova import utils as nova_utils
 from nova.virt.disk import api as disk_api
@@ -62,6 +63,7 @@ from prealloc_backend import journal
 from prealloc_backend import modes
 from prealloc_backend import policy
 from prealloc_backend import qcow2
+from prealloc_backend import qemu
 
 LOG = logging.getLogger(__name__)
 CONF = conf.CONF
@@ -261,11 +263,55 @@ class _PreallocImage:
         existing, info = qcow2.existing(self.path)
         if size <= existing.virtual_size:
             return False
+        if (info.get('backing-filename') and not existing.extended_l2 and
+                self.prealloc_mode is not modes.Mode.NONE and
+                self._opts.qcow2_extended_l2):
+            self._relayout_overlay(info, existing.virtual_size)
+            existing, info = qcow2.existing(self.path)
         plan = self._plan(policy.DiskFormat.QCOW2, size, existing=existing,
                           backing=bool(info.get('backing-filename')))
         qcow2.grow(self.path, existing.virtual_size, plan,
                    timeout=self._opts.allocation_timeout)
         return True
+
+    def _relayout_overlay(self, info, virtual_size):
+        """Rewrite an overlay without extended_l2 (stock nova's, or the
+        plugin's mode none) with this mode's layout, before it grows.
+
+        QEMU cannot preallocate an overlay with a backing file without
+        extended_l2, so a disk made in mode none and resized to a flavor
+        asking for metadata, space or full would stay thin. ``qemu-img
+        convert -B`` writes the overlay's own data into a new overlay of the
+        same backing file (what the guest reads is unchanged: checked with
+        ``qemu-img compare`` before the rename), made with the plan's
+        cluster size, extended_l2 and preallocation. Only while nova grows a
+        disk (resize, spawn), never under a running guest.
+        """
+        plan = self._plan(policy.DiskFormat.QCOW2, virtual_size)
+        backing = info.get('full-backing-filename') or info[
+            'backing-filename']
+        backing_fmt = info.get('backing-filename-format', 'raw')
+        if ',' in backing or ',' in backing_fmt:
+            LOG.warning('%(path)s: backing file %(backing)r has a comma: '
+                        'not rewritten, grown without preallocation',
+                        {'path': self.path, 'backing': backing})
+            return
+        tmp = self.path + TMP_SUFFIX
+        with fileutils.remove_path_on_error(tmp):
+            qemu.execute(
+                'convert', '-f', 'qcow2', '-O', 'qcow2', '-B', backing,
+                '-F', backing_fmt, '-o',
+                'cluster_size=%d,extended_l2=on,preallocation=%s' % (
+                    plan.cluster_size, plan.preallocation.value),
+                self.path, tmp, heavy=True,
+                timeout=self._opts.allocation_timeout or None, path=tmp)
+            qemu.execute('compare', '-f', 'qcow2', '-F', 'qcow2',
+                         self.path, tmp, heavy=True, path=tmp)
+            os.rename(tmp, self.path)
+        LOG.info('Rewrote %(path)s with extended_l2, cluster_size=%(cluster)d'
+                 ' and preallocation=%(prealloc)s before growing it',
+                 {'path': self.path, 'cluster': plan.cluster_size,
+                  'prealloc': plan.preallocation.value})
 
     def libvirt_info(self, cache_mode, extra_specs, boot_order=None,
                      disk_unit=None):

@@ -56,10 +56,15 @@ CONF = conf.CONF
 IMAGE_SIZE = 4 * units.Mi
 # Slack for filesystem and qcow2 metadata when comparing allocations.
 SLACK = 2 * units.Mi
-# qcow2 cluster size for each [prealloc_backend] qcow2_cluster_size; 'auto'
-# picks 64K for every disk below 128 GiB (README).
-CLUSTER_SIZES = {'auto': 64 * units.Ki, '64K': 64 * units.Ki,
+# qcow2 cluster size for each [prealloc_backend] qcow2_cluster_size (README:
+# 128K by default at every disk size).
+CLUSTER_SIZES = {'64K': 64 * units.Ki, '128K': 128 * units.Ki,
                  '256K': 256 * units.Ki}
+# Mode none makes stock nova's overlay: qemu-img's default cluster size over
+# the tests' raw images, no extended_l2.
+NOVA_CLUSTER_SIZE = 64 * units.Ki
+# QEMU's default L2 cache on Linux (32 MiB of L2 tables).
+QEMU_DEFAULT_L2_CACHE = 32 * units.Mi
 # How long a test waits for a server to reach a state or for a
 # notification: preallocating writes disks, which takes seconds on a busy
 # 2-core machine (nova's helpers wait 5 s for a state, 10 s for a
@@ -98,15 +103,20 @@ def qemu_img_map(path):
 
 
 def expected_metadata_cache(virtual_size, cluster_size, extended_l2=True,
-                            cap_mb=64):
-    """README's promise for <metadata_cache><max_size>: the L2 tables of the
-    whole disk (whole clusters of 8-byte entries, 16 with extended_l2) plus
-    QEMU's minimum refcount cache (4 clusters), capped.
+                            cap_mb=256):
+    """README's promise for <metadata_cache><max_size>: None where QEMU's
+    default 32 MiB L2 cache already covers the disk; else the L2 tables of
+    the whole disk (whole clusters of 8-byte entries, 16 with extended_l2)
+    plus QEMU's minimum refcount cache (4 clusters) when that is within the
+    cap, and None (never a partial cover) when it is not.
     """
+    entry = 16 if extended_l2 else 8
+    if QEMU_DEFAULT_L2_CACHE // entry * cluster_size >= virtual_size:
+        return None
     entries = -(-virtual_size // cluster_size)
-    l2_bytes = entries * (16 if extended_l2 else 8)
-    l2_bytes = -(-l2_bytes // cluster_size) * cluster_size
-    return min(l2_bytes + 4 * cluster_size, cap_mb * units.Mi)
+    l2_bytes = -(-entries * entry // cluster_size) * cluster_size
+    wanted = l2_bytes + 4 * cluster_size
+    return wanted if wanted <= cap_mb * units.Mi else None
 
 
 class GuestXMLSpy(fixtures.Fixture):
@@ -391,7 +401,8 @@ class ServersTestBase(libvirt_base.ServersTestBase):
         self.assertEqual('qcow2', info['format'])
         self.assertEqual(virtual_size, info['virtual-size'])
         data = info['format-specific']['data']
-        self.assertTrue(data.get('extended-l2'), info)
+        # Mode none: stock nova's overlay, without extended_l2.
+        self.assertEqual(mode != 'none', bool(data.get('extended-l2')), info)
         if backing:
             self.assertEqual(backing, info.get('backing-filename'))
         st = os.stat(path)
@@ -459,7 +470,7 @@ class ServersTestBase(libvirt_base.ServersTestBase):
 
     def assertServerDisks(self, server, fmt, mode, image_id, image_path,
                           root_gb=1, ephemeral_gb=0, swap_mb=0,
-                          cluster_size=64 * units.Ki, check_xml=True,
+                          cluster_size=128 * units.Ki, check_xml=True,
                           io=FROM_MODE):
         """Every disk of the server is what README promises for ``fmt``
         and ``mode``, shows the guest its content (the root disk:
@@ -482,16 +493,18 @@ class ServersTestBase(libvirt_base.ServersTestBase):
             path = self.disk(server, name)
             if fmt == 'qcow2':
                 got = self.assertQcow2Overlay(path, mode, size, backing)
-                self.assertEqual(cluster_size, got['cluster_size'])
+                self.assertEqual(NOVA_CLUSTER_SIZE if mode == 'none'
+                                 else cluster_size, got['cluster_size'])
                 backing = pb_fixtures.qemu_img_info(path)['backing-filename']
                 self.assertEqual(self.base_dir(), os.path.dirname(backing))
                 if name != 'disk':
                     # The guest sees its backing file's content.
                     self.assertContentEqual(path, backing)
                 if check_xml:
-                    self.assertGuestDisk(xml, path, 'qcow2',
-                                         expected_metadata_cache(
-                                             size, got['cluster_size']), io)
+                    cache = (None if mode == 'none' else
+                             expected_metadata_cache(size,
+                                                     got['cluster_size']))
+                    self.assertGuestDisk(xml, path, 'qcow2', cache, io)
                 content = backing
             else:
                 got = self.assertRaw(path, mode, size)

@@ -102,12 +102,18 @@ class TestBootModes(base.ServersTestBase):
         return self.assertServerDisks(
             server, fmt, mode, image_id, image_path, swap_mb=64,
             cluster_size=base.CLUSTER_SIZES[opts.get('qcow2_cluster_size',
-                                                     'auto')])
+                                                     '128K')])
 
-    def test_none_qcow2_layout_options_still_apply(self):
-        # Thin overlay, as stock nova, but with extended_l2, the configured
-        # cluster size and its <metadata_cache>.
+    def test_none_qcow2_is_stock_novas_overlay(self):
+        # Mode none makes stock nova's overlay whatever the layout options
+        # say (README: an extended_l2 overlay left thin is slower than
+        # nova's): no extended_l2, nova's cluster size, no <metadata_cache>.
         figures = self._test('qcow2', 'none', qcow2_cluster_size='256K')
+        self.assertEqual(base.NOVA_CLUSTER_SIZE,
+                         figures['disk']['cluster_size'])
+
+    def test_cluster_size_option_applies(self):
+        figures = self._test('qcow2', 'space', qcow2_cluster_size='256K')
         self.assertEqual(256 * units.Ki, figures['disk']['cluster_size'])
 
     def test_none_raw(self):

@@ -95,13 +95,13 @@ class FlavorExtraSpecsAPITest(FlavorAPITestCase):
         self.assertEqual({}, self.api.get_extra_specs(self.flavor_id))
 
     def test_unknown_key_refused_naming_allowed_keys(self):
-        for key in ('prealloc:mdoe', 'prealloc:cluster_size', 'prealloc:'):
+        for key in ('prealloc:mdoe', 'prealloc:clustersize', 'prealloc:'):
             message = self.assert_bad_request(
                 self.api.post_extra_spec,
                 {'extra_specs': {key: 'space'}})
             self.assertIn("'%s'" % key, message)
-            self.assertIn('allowed keys are %s' % modes.FLAVOR_MODE_KEY,
-                          message)
+            self.assertIn('allowed keys are %s, prealloc:cluster_size'
+                          % modes.FLAVOR_MODE_KEY, message)
             self.assertIn(ALLOWED, message)
         # One bad key refuses the whole request.
         self.assert_bad_request(

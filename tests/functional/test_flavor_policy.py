@@ -98,7 +98,7 @@ class TestFlavorModeAtResize(base.ServersTestBase):
             'file_size': os.path.getsize(disk)})
         self.assertGuestDisk(xml, disk, 'qcow2',
                              base.expected_metadata_cache(2 * units.Gi,
-                                                          64 * units.Ki),
+                                                          128 * units.Ki),
                              'native')
 
     def test_raw(self):

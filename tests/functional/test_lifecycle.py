@@ -124,7 +124,7 @@ class _Lifecycle:
             for path, size in ((rescue, base.IMAGE_SIZE), (disk, units.Gi)):
                 self.assertGuestDisk(xml, path, 'qcow2',
                                      base.expected_metadata_cache(
-                                         size, 64 * units.Ki), 'native')
+                                         size, 128 * units.Ki), 'native')
         else:
             self.assertGuestDisk(xml, rescue, 'raw', None, 'native')
         server = self._unrescue_server(server)

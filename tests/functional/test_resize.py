@@ -73,7 +73,7 @@ class TestResize(base.ServersTestBase):
     def _check_xml(self, server, disk, fmt, size):
         xml = self.guest_xml(server)
         self.validate_xml(xml)
-        cache = (base.expected_metadata_cache(size, 64 * units.Ki)
+        cache = (base.expected_metadata_cache(size, 128 * units.Ki)
                  if fmt == 'qcow2' else None)
         self.assertGuestDisk(xml, disk, fmt, cache, 'native')
 
