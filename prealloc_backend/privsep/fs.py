@@ -65,6 +65,19 @@ _RESOLVE_REASONS = {
 _root = None
 _root_lock = threading.Lock()
 
+# One lock per filesystem (st_dev), held around "check f_bavail, then
+# allocate": oslo.privsep serves calls on a thread pool, and two calls that
+# both passed the check against the same f_bavail would otherwise both
+# allocate, the second one out of root's reserve.
+_space_locks = {}
+_space_locks_guard = threading.Lock()
+
+
+def _space_lock(fd):
+    dev = os.fstat(fd).st_dev
+    with _space_locks_guard:
+        return _space_locks.setdefault(dev, threading.Lock())
+
 
 def pinned_root():
     """The daemon's pinned instances_path (a beneath.Root).
@@ -293,9 +306,11 @@ def unprivileged_fallocate_range(path, offset, length):
     fd = _open_disk(path)
     try:
         _check_range(fd, path, offset, length)
-        needed = _check_space(fd, path, offset, length)
+        needed = length
         try:
-            fileops.fallocate(fd, offset, length, keep_size=True)
+            with _space_lock(fd):
+                needed = _check_space(fd, path, offset, length)
+                fileops.fallocate(fd, offset, length, keep_size=True)
         except OSError as exc:
             if fileops.is_unsupported(exc):
                 raise
@@ -356,9 +371,11 @@ def unprivileged_zero_fill_range(path, offset, length):
         state = {'left': needed}
 
         def before_write(count):
-            want = min(count, state['left'])
+            # Called under the filesystem's space lock, before every write
+            # (at most fileops.ZERO_CHUNK bytes): the fill stops before it
+            # would reach root's blocks, not one chunk after.
             free = _free_bytes(fd)
-            if want > free:
+            if count > free:
                 # Others used the space meanwhile: stop before root's.
                 raise exception.AllocationOutOfSpace(
                     path=path, needed=state['left'], free=free)
@@ -366,7 +383,8 @@ def unprivileged_zero_fill_range(path, offset, length):
 
         try:
             return fileops.zero_fill(fd, offset, offset + length,
-                                     before_write=before_write)
+                                     before_write=before_write,
+                                     lock=_space_lock(fd))
         except fileops.SizeChanged as exc:
             raise exception.DiskChangedDuringFill(
                 path=path, before=exc.before, after=exc.after,

@@ -59,6 +59,7 @@ SWAP_CALLS = 1500
 PIN_RESTARTS = 1
 TRUNCATE_ROUNDS = 60
 TYPED_CALLS = 600
+RESERVE_ROUNDS = 40
 
 # inotify(7)
 IN_ACCESS, IN_MODIFY, IN_OPEN = 0x1, 0x2, 0x20
@@ -560,6 +561,64 @@ for line in sys.stdin:
                                             units.Mi)[0])
         self.assertEqual(0, fileops.hole_bytes(os.open(small, os.O_RDONLY),
                                                0, units.Mi))
+
+    def test_attack4_concurrent_calls_never_use_the_reserve(self):
+        """Four calls at once, each fitting in f_bavail alone but not two:
+        without the daemon's per-filesystem lock around "check, allocate"
+        both pass the check and the second allocates root's blocks.
+        """
+        mnt, inst = self._loop_fs('mkfs.ext4', '-q', '-F', '-m', '25')
+        # As many daemon threads as calls at once.
+        self.write_daemon_config(mnt, '[prealloc_backend_privsep]\n'
+                                      'thread_pool_size = 4\n')
+        avail = self._fill_to(mnt, 6 * units.Mi)
+        disks = [os.path.join(inst, 'disk%d' % i) for i in range(4)]
+        outcomes = collections.Counter()
+        hits = []
+        for round_ in range(RESERVE_ROUNDS):
+            name = ENTRYPOINTS[round_ % 2]
+            for disk in disks:
+                with open(disk, 'wb') as f:
+                    f.truncate(4 * units.Mi)
+                self.attacker_file(disk)
+            os.sync()
+            vfs = os.statvfs(mnt)
+            free, bfree = vfs.f_bavail * vfs.f_frsize, vfs.f_bfree
+            barrier = threading.Barrier(len(disks))
+            results = []
+
+            def run(disk):
+                barrier.wait()
+                results.append(self.outcome(name, disk, 0, 4 * units.Mi))
+
+            threads = [threading.Thread(target=run, args=(d,))
+                       for d in disks]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            os.sync()
+            used = (bfree - os.statvfs(mnt).f_bfree) * vfs.f_frsize
+            for outcome, value in results:
+                outcomes[name, outcome] += 1
+                self.assertIn(outcome, ('ok', 'AllocationOutOfSpace'), value)
+            # Two cannot have fitted.
+            self.assertLessEqual([o for o, _v in results].count('ok'), 1)
+            if used > free:
+                hits.append((round_, name, free, used))
+            for disk in disks:
+                os.unlink(disk)
+        self.record('attack4-reserve-concurrent', rounds=RESERVE_ROUNDS,
+                    avail=avail, hits=len(hits),
+                    outcomes={'%s %s' % k: v for k, v in outcomes.items()})
+        self.assertEqual([], hits)
+        # fallocate: one call got the space, the others were refused (the
+        # lock covers the whole call). Zero-fills interleave chunk by
+        # chunk: all may stop, each before a chunk that would not fit.
+        half = RESERVE_ROUNDS // 2
+        self.assertEqual(half, outcomes['fallocate_range', 'ok'])
+        self.assertEqual(3 * half, outcomes['fallocate_range',
+                                            'AllocationOutOfSpace'])
 
     def test_attack4_enospc_is_typed(self):
         """ENOSPC met inside the daemon: a typed error naming the disk and
