@@ -654,21 +654,20 @@ for line in sys.stdin:
 class Attack5ChosenConfiguration(AttackTestCase):
     """Attack 5: oslo.rootwrap's built-in privsep-helper rule lets the nova
     user start the daemon with a configuration file of its own. What still
-    holds then (README, "The privileged daemon"): '/' is refused, nothing
-    is reached through a symlink, only regular files' holes are allocated
-    and no byte of content or size ever changes.
+    holds then (README, "The privileged daemon"): '/' and root-owned
+    directories are refused as instances_path, root-owned disks are
+    refused, so no root file loses a hole.
     """
 
-    def test_attack5_chosen_config_changes_no_content(self):
+    def test_attack5_chosen_config_reaches_no_root_file(self):
         fs = prealloc_backend.privsep.fs
         # The attacker's configuration: instances_path = /
         self.stop_daemons()
         self.write_daemon_config('/')
         self.assertRaises(exception.InstancesPathUnusable,
                           fs.fallocate_range, self.victim, 0, 4096)
-        # ... = a root-owned directory (root-owned files then pass the
-        # owner check: the boundary the README tells operators to close
-        # with a fixed command line).
+        # ... = a root-owned directory: refused as a whole (the daemon
+        # never works on root's files, whatever its configuration says).
         self.stop_daemons()
         self.write_daemon_config(self.outside)
         fifo = os.path.join(self.outside, 'fifo')
@@ -678,18 +677,28 @@ class Attack5ChosenConfiguration(AttackTestCase):
         self.addCleanup(watch.close)
         before = file_state(self.victim)
         for name in ENTRYPOINTS:
-            for path, wanted in ((fifo, 'not a regular file'),
-                                 (os.path.join(self.outside, 'link'),
-                                  'symlink')):
-                outcome, value = self.outcome(name, path)
-                self.assertEqual('InvalidPath', outcome, value)
-                self.assertIn(wanted, value)
+            for path in (fifo, os.path.join(self.outside, 'link'),
+                         self.victim):
+                outcome, value = self.outcome(name, path, 0, DISK_SIZE)
+                self.assertEqual('InstancesPathUnusable', outcome, value)
+                self.assertIn('owned by root', value)
         self.assertEqual([], watch.events())
-        fs.fallocate_range(self.victim, 0, DISK_SIZE)
-        fs.zero_fill_range(self.victim, 0, DISK_SIZE)
-        after = file_state(self.victim)
-        self.assertEqual((before['sha256'], before['size']),
-                         (after['sha256'], after['size']))
+        # ... = a directory of the attacker's holding a root-owned file
+        # (what libvirt's remember_owner = 0 leaves): refused too.
+        self.stop_daemons()
+        self.write_daemon_config(self.instances)
+        rooted = make_sparse(os.path.join(self.inst, 'rooted'), seed=5)
+        rooted_before = file_state(rooted)
+        for name in ENTRYPOINTS:
+            outcome, value = self.outcome(name, rooted, 0, DISK_SIZE)
+            self.assertEqual('DiskOwnedByRoot', outcome, value)
+        # Root's files keep their holes (and so their blocks), content and
+        # size.
+        for path, state in ((self.victim, before), (rooted, rooted_before)):
+            after = file_state(path)
+            self.assertEqual(state, after)
+            self.assertGreater(fileops.hole_bytes(
+                os.open(path, os.O_RDONLY), 0, DISK_SIZE), 0)
 
 
 class Attack6TypedRefusals(AttackTestCase):

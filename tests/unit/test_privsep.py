@@ -651,12 +651,12 @@ class ZeroFillTestCase(BoundaryTestCase):
         """
         real = fileops.zero_fill
 
-        def truncating(fd, start, end, before_write=None):
+        def truncating(fd, start, end, before_write=None, lock=None):
             def hook(count):
                 os.truncate(self.disk, units.Mi)
                 if before_write:
                     before_write(count)
-            return real(fd, start, end, hook)
+            return real(fd, start, end, hook, lock)
 
         self.useFixture(fixtures.MonkeyPatch(
             'prealloc_backend.fileops.zero_fill', truncating))
@@ -726,14 +726,14 @@ class QemuLockTestCase(BoundaryTestCase):
         seen = []
         real = fileops.zero_fill
 
-        def fill_with_qemu_io(fd, start, end, before_write=None):
+        def fill_with_qemu_io(fd, start, end, before_write=None, lock=None):
             def hook(count):
                 if not seen:
                     seen.append(self._qemu_io(self.disk,
                                               'write -P 0x77 0 4k'))
                 if before_write:
                     before_write(count)
-            return real(fd, start, end, hook)
+            return real(fd, start, end, hook, lock)
 
         self.useFixture(fixtures.MonkeyPatch(
             'prealloc_backend.fileops.zero_fill', fill_with_qemu_io))
