@@ -395,5 +395,5 @@ class RealDaemonTestCase(DaemonMixin, test_privsep.BoundaryTestCase):
                     exception.InstancesPathUnusable, call, name,
                     os.path.join(configured, 'inst', 'disk'), 0, 4096)
                 self.assertIn(words, str(exc))
-                self.assertIn('restarted', str(exc))
+                self.assertIn('trying again', str(exc))
         self.assertEqual(before, file_state(disk))
