@@ -186,7 +186,12 @@ def allocated_bytes(fd, start, end):
 
 
 class SizeChanged(Exception):
-    """The file's size changed while it was being zero-filled."""
+    """The file's size changed while it was being zero-filled.
+
+    Not raised for a truncate landing between the size check before a
+    write and that write, below a run ending at EOF: the write grows the
+    file back to its old size unseen (README, "The privileged daemon").
+    """
 
     def __init__(self, before, after, written):
         super().__init__(before, after, written)
