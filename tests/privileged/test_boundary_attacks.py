@@ -223,6 +223,9 @@ class Attack1SwappedInstancesPath(AttackTestCase):
         os.mkdir(os.path.join(self.outside, 'inst'))
         decoy = make_sparse(os.path.join(self.outside, 'inst', 'disk'),
                             seed=2)
+        # QEMU's (an allowed owner): only resolving beneath the pinned
+        # directory keeps the daemon off it.
+        os.chown(decoy, pwd.getpwnam('nobody').pw_uid, -1)
         targets = [self.victim, decoy]
         before = {p: file_state(p) for p in targets}
         moved = self.instances + '.old'
@@ -418,16 +421,20 @@ class Attack3ComponentSwap(AttackTestCase):
 
     def test_attack3_component_swap_opens_nothing_outside(self):
         targets = {}
-        for kind in ('fifo', 'null', 'victim'):
+        for kind in ('fifo', 'null', 'victim', 'qemu'):
             directory = os.path.join(self.outside, kind + '-dir')
             os.mkdir(directory)
             targets[kind] = os.path.join(directory, 'disk')
         os.mkfifo(targets['fifo'], 0o600)
         os.mknod(targets['null'], 0o600 | stat.S_IFCHR, os.makedev(1, 3))
         make_sparse(targets['victim'], seed=3)
-        before = file_state(targets['victim'])
+        # QEMU's sparse file (an allowed owner): only the beneath
+        # resolution keeps the daemon off it.
+        make_sparse(targets['qemu'], seed=6)
+        os.chown(targets['qemu'], pwd.getpwnam('nobody').pw_uid, -1)
+        before = {k: file_state(targets[k]) for k in ('victim', 'qemu')}
         self.attacker(
-            'for kind in ("fifo", "null", "victim"):\n'
+            'for kind in ("fifo", "null", "victim", "qemu"):\n'
             '    os.symlink(os.path.join(sys.argv[2], kind + "-dir"),\n'
             '               sys.argv[1] + ".swap-" + kind)\n',
             self.inst, self.outside)
@@ -435,11 +442,11 @@ class Attack3ComponentSwap(AttackTestCase):
         self.addCleanup(watch.close)
         flipper = self.attacker_start(
             'a = sys.argv[1]\n'
-            'kinds = ("fifo", "null", "victim")\n'
+            'kinds = ("fifo", "null", "victim", "qemu")\n'
             'print("ready", flush=True)\n'
             'n = 0\n'
             'while True:\n'
-            '    b = a + ".swap-" + kinds[n % 3]\n'
+            '    b = a + ".swap-" + kinds[n % 4]\n'
             '    exchange(a, b); exchange(a, b); n += 1\n', self.inst)
         self.assertEqual('ready\n', flipper.stdout.readline())
         outcomes = collections.Counter()
@@ -456,7 +463,8 @@ class Attack3ComponentSwap(AttackTestCase):
                     opens_outside=len(events),
                     refusal_messages=sorted(messages))
         self.assertEqual([], events)
-        self.assertEqual(before, file_state(targets['victim']))
+        for kind, state in before.items():
+            self.assertEqual(state, file_state(targets[kind]), kind)
         # The race was run: some calls met the symlink, some the disk.
         self.assertTrue(outcomes['ok'] and outcomes['InvalidPath'],
                         outcomes)
@@ -709,7 +717,11 @@ class Attack6TypedRefusals(AttackTestCase):
     def test_attack6_typed_and_mute_under_race(self):
         # Symlinks to an existing root file, to a missing one, to the
         # victim's directory: their refusals must be the same.
+        qemu_file = make_sparse(os.path.join(self.outside, 'qemu'), seed=7)
+        os.chown(qemu_file, pwd.getpwnam('nobody').pw_uid, -1)
+        qemu_before = file_state(qemu_file)
         links = {'to-file': self.victim,
+                 'to-qemu': qemu_file,
                  'to-missing': self.victim + '.none',
                  'to-dir': self.outside}
         self.attacker(
@@ -751,6 +763,7 @@ class Attack6TypedRefusals(AttackTestCase):
         flipper.kill()
         self.record('attack6', calls=TYPED_CALLS, outcomes=outcomes)
         self.assertEqual({'ok', 'InvalidPath'}, set(outcomes), messages)
+        self.assertEqual(qemu_before, file_state(qemu_file))
         for message in messages:
             self.assertNotIn(self.outside, message)
 
