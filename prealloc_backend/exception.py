@@ -103,7 +103,8 @@ class InvalidSize(PreallocError, nova_exception.Invalid):
 class InstancesPathUnusable(PreallocError):
     msg_fmt = ('The prealloc_backend privileged daemon cannot use '
                '[DEFAULT] instances_path %(path)r: %(reason)s; it refuses '
-               'every call until it is restarted with a usable one')
+               'every call, trying again to pin it at each one, until it '
+               'is usable')
 
 
 class DiskOwnedByRoot(InvalidPath):

@@ -13,12 +13,14 @@
 """Open files beneath a pinned directory, never leaving it.
 
 The privileged daemon pins ``[DEFAULT] instances_path`` once (``Root``): an
-``O_PATH`` descriptor of the directory, opened without following a symlink,
-whose device and inode are recorded. A disk path is then resolved beneath
+``O_PATH`` descriptor of the directory, reached from ``/`` without following
+a symlink in any component (``open_absolute_dir``), whose device and inode
+are recorded. A disk path is then resolved beneath
 that descriptor in one step, by the kernel: ``openat2(2)`` with
 ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
 RESOLVE_NO_XDEV`` (Linux 5.6+; Python has no wrapper, so the system call is
-made through ctypes). Where the kernel lacks it (ENOSYS), the path is walked
+made through ctypes). Where the kernel lacks it (ENOSYS, or EPERM from a
+seccomp filter that does not know it), the path is walked
 one component at a time with ``openat(O_PATH | O_NOFOLLOW | O_DIRECTORY)``
 from the pinned descriptor, each directory checked to be on the root's
 mount. Either way no symlink is followed in any component, no mount point
@@ -160,10 +162,55 @@ def open_beneath(dirfd, parts, force_walk=False):
         try:
             return openat2(dirfd, '/'.join(parts), O_PATH_FLAGS, RESOLVE)
         except OSError as exc:
-            if exc.errno != errno.ENOSYS:
+            if not _openat2_unavailable(exc):
                 raise
             _openat2_missing = True
     return walk(dirfd, parts)
+
+
+def _openat2_unavailable(exc):
+    """ENOSYS: a kernel before 5.6. EPERM: a seccomp profile that does
+    not know openat2 (older Docker and podman defaults answer EPERM, not
+    ENOSYS); an O_PATH open is never refused EPERM otherwise. Either way
+    the walk, just as strict, takes over.
+    """
+    return exc.errno in (errno.ENOSYS, errno.EPERM)
+
+
+def open_absolute_dir(path, force_walk=False):
+    """An ``O_PATH`` descriptor of the directory at absolute ``path``,
+    reached from ``/`` without following a symlink in any component
+    (openat2 with RESOLVE_NO_SYMLINKS, or a walk from ``/``); mount points
+    may be crossed. Raises OSError (ELOOP for a symlink, ENOTDIR, ENOENT).
+    """
+    global _openat2_missing
+    flags = O_PATH_FLAGS | os.O_DIRECTORY
+    if not (force_walk or _openat2_missing):
+        try:
+            # AT_FDCWD (path is absolute); no O_NOFOLLOW: RESOLVE_NO_SYMLINKS
+            # refuses a symlink in the last component too, with ELOOP.
+            return openat2(-100, path, flags & ~os.O_NOFOLLOW,
+                           RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        except OSError as exc:
+            if not _openat2_unavailable(exc):
+                raise
+            _openat2_missing = True
+    current = os.open('/', flags)
+    try:
+        for name in [p for p in path.split('/') if p]:
+            try:
+                nxt = os.open(name, flags, dir_fd=current)
+            except NotADirectoryError:
+                st = os.stat(name, dir_fd=current, follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    _raise(errno.ELOOP, name)
+                raise
+            os.close(current)
+            current = nxt
+    except BaseException:
+        os.close(current)
+        raise
+    return current
 
 
 class Root:
@@ -174,7 +221,7 @@ class Root:
     as found when it was pinned.
     """
 
-    def __init__(self, configured):
+    def __init__(self, configured, force_walk=False):
         if not isinstance(configured, str) or not configured:
             raise Unusable('it is not set')
         if not os.path.isabs(configured):
@@ -187,10 +234,16 @@ class Root:
         if path == '/':
             raise Unusable('it is the root directory /')
         try:
-            fd = os.open(path, O_PATH_FLAGS)
+            fd = open_absolute_dir(path, force_walk=force_walk)
         except FileNotFoundError:
             raise Unusable('it does not exist')
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise Unusable('it, or a directory above it, is a symlink; '
+                               'set instances_path to the real directory '
+                               '(no symlink in any component)')
+            if exc.errno == errno.ENOTDIR:
+                raise Unusable('it is not a directory')
             raise Unusable('it cannot be opened (%s)' % (
                 errno.errorcode.get(exc.errno, exc.errno)))
         try:

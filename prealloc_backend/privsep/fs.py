@@ -22,7 +22,8 @@ inside the daemon, whatever the caller checked:
 * what it opened (``O_PATH``, which opens nothing for reading or writing)
   must be a regular file with one link, on the root's filesystem, owned by
   the owner of instances_path (nova's user) or by QEMU's user
-  (``[prealloc_backend] qemu_users``); only then is it reopened for writing;
+  (``[prealloc_backend] qemu_users``), never by root (nor may root own
+  instances_path) in the daemon; only then is it reopened for writing;
 * sizes and offsets must be integers within the file, and the blocks to
   allocate must fit in what an unprivileged user may still use (f_bavail):
   the daemon never eats the blocks a filesystem reserves for root;
@@ -39,6 +40,7 @@ import errno
 import os
 import pwd
 import stat
+import sys
 import threading
 
 from oslo_log import log as logging
@@ -64,6 +66,19 @@ _RESOLVE_REASONS = {
 
 _root = None
 _root_lock = threading.Lock()
+
+# One lock per filesystem (st_dev), held around "check f_bavail, then
+# allocate": oslo.privsep serves calls on a thread pool, and two calls that
+# both passed the check against the same f_bavail would otherwise both
+# allocate, the second one out of root's reserve.
+_space_locks = {}
+_space_locks_guard = threading.Lock()
+
+
+def _space_lock(fd):
+    dev = os.fstat(fd).st_dev
+    with _space_locks_guard:
+        return _space_locks.setdefault(dev, threading.Lock())
 
 
 def pinned_root():
@@ -94,6 +109,15 @@ def pinned_root():
                       {'path': configured, 'reason': exc})
             raise exception.InstancesPathUnusable(path=configured,
                                                   reason=str(exc))
+        if root.uid == 0 and not _root_may_own():
+            root.close()
+            reason = ('it is owned by root; nova\'s user must own it (the '
+                      'daemon never works on root\'s files)')
+            LOG.error('Refusing to work on instance disks: [DEFAULT] '
+                      'instances_path %(path)r cannot be used: %(reason)s',
+                      {'path': configured, 'reason': reason})
+            raise exception.InstancesPathUnusable(path=configured,
+                                                  reason=reason)
         root.allowed_uids = _allowed_uids(root)
         if _root is not None:
             _root.close()
@@ -105,10 +129,37 @@ def pinned_root():
         return root
 
 
+def in_daemon():
+    """True in a privsep daemon (privsep-helper, whose command line always
+    names ``--privsep_context``), False when entrypoints run in-process.
+    """
+    return any(arg == '--privsep_context' or
+               arg.startswith('--privsep_context=') for arg in sys.argv)
+
+
+def _root_may_own():
+    """Whether uid 0 may own a disk (or instances_path): only in-process
+    when this process is root itself. Its caller then crosses no privilege
+    boundary: it could write root's files without the plugin. In the
+    daemon, never: its client is nova-compute, and even a configuration
+    file of the nova user's choosing (rootwrap's built-in privsep-helper
+    rule) must not let it reach root's files.
+    """
+    return not in_daemon() and os.geteuid() == 0
+
+
 def _allowed_uids(root):
     """uids that may own a disk: the owner of instances_path (nova's user:
     nova creates the instance directories and disks) and QEMU's user, to
-    which libvirt's dynamic_ownership gives a running guest's disks.
+    which libvirt's dynamic_ownership gives a running guest's disks. Never
+    uid 0 in the daemon (``_root_may_own``).
+
+    NOTE: the client's uid (SO_PEERCRED on the privsep socket) would be a
+    better anchor than the owner of instances_path, but oslo.privsep gives
+    an entrypoint no access to its channel's socket (only a scan of
+    /proc/self/fd could find it). The owner of instances_path is not
+    chosen by a configuration file alone: root-owned directories are
+    refused when pinned.
     """
     uids = {root.uid}
     for name in CONF.prealloc_backend.qemu_users:
@@ -116,14 +167,9 @@ def _allowed_uids(root):
             uid = pwd.getpwnam(name).pw_uid
         except KeyError:
             continue
-        if uid == 0:
-            LOG.warning('[prealloc_backend] qemu_users names %s (uid 0): '
-                        'ignored, root-owned disks are refused', name)
-            continue
         uids.add(uid)
-    if root.uid == 0:
-        LOG.warning('instances_path %s is owned by root: disks owned by '
-                    'root are accepted', root.path)
+    if not _root_may_own():
+        uids.discard(0)
     return uids
 
 
@@ -293,9 +339,11 @@ def unprivileged_fallocate_range(path, offset, length):
     fd = _open_disk(path)
     try:
         _check_range(fd, path, offset, length)
-        needed = _check_space(fd, path, offset, length)
+        needed = length
         try:
-            fileops.fallocate(fd, offset, length, keep_size=True)
+            with _space_lock(fd):
+                needed = _check_space(fd, path, offset, length)
+                fileops.fallocate(fd, offset, length, keep_size=True)
         except OSError as exc:
             if fileops.is_unsupported(exc):
                 raise
@@ -356,9 +404,11 @@ def unprivileged_zero_fill_range(path, offset, length):
         state = {'left': needed}
 
         def before_write(count):
-            want = min(count, state['left'])
+            # Called under the filesystem's space lock, before every write
+            # (at most fileops.ZERO_CHUNK bytes): the fill stops before it
+            # would reach root's blocks, not one chunk after.
             free = _free_bytes(fd)
-            if want > free:
+            if count > free:
                 # Others used the space meanwhile: stop before root's.
                 raise exception.AllocationOutOfSpace(
                     path=path, needed=state['left'], free=free)
@@ -366,7 +416,8 @@ def unprivileged_zero_fill_range(path, offset, length):
 
         try:
             return fileops.zero_fill(fd, offset, offset + length,
-                                     before_write=before_write)
+                                     before_write=before_write,
+                                     lock=_space_lock(fd))
         except fileops.SizeChanged as exc:
             raise exception.DiskChangedDuringFill(
                 path=path, before=exc.before, after=exc.after,

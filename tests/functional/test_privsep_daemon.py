@@ -22,6 +22,7 @@ right. nova's own context (utime of the image cache) stays in-process.
 
 import logging
 import os
+import pwd
 import re
 import shlex
 import sys
@@ -108,8 +109,21 @@ class TestPrivsepDaemon(base.ServersTestBase):
         remote_call = privsep_daemon._ClientChannel.remote_call
         calls = self.remote_calls
 
+        # The daemon never works on root's files, and nova runs as root
+        # here (a real nova-compute runs as nova): 'nobody' stands in for
+        # nova's user, owning instances_path and each disk sent to the
+        # daemon (handed over just before the call).
+        nova_uid = pwd.getpwnam('nobody').pw_uid
+        os.chown(self.instances_path, nova_uid, -1)
+        tree = self.instances_path
+
         def spy_remote_call(channel, name, args, kwargs, timeout=None):
             calls.append((name, args))
+            path = args[0]
+            if (path.startswith(tree + '/') and
+                    os.path.realpath(path) == path and
+                    os.lstat(path).st_uid == 0):
+                os.chown(path, nova_uid, -1)
             return remote_call(channel, name, args, kwargs, timeout)
 
         self.useFixture(fixtures.MonkeyPatch(

@@ -59,6 +59,7 @@ SWAP_CALLS = 1500
 PIN_RESTARTS = 1
 TRUNCATE_ROUNDS = 60
 TYPED_CALLS = 600
+RESERVE_ROUNDS = 40
 
 # inotify(7)
 IN_ACCESS, IN_MODIFY, IN_OPEN = 0x1, 0x2, 0x20
@@ -222,6 +223,9 @@ class Attack1SwappedInstancesPath(AttackTestCase):
         os.mkdir(os.path.join(self.outside, 'inst'))
         decoy = make_sparse(os.path.join(self.outside, 'inst', 'disk'),
                             seed=2)
+        # QEMU's (an allowed owner): only resolving beneath the pinned
+        # directory keeps the daemon off it.
+        os.chown(decoy, pwd.getpwnam('nobody').pw_uid, -1)
         targets = [self.victim, decoy]
         before = {p: file_state(p) for p in targets}
         moved = self.instances + '.old'
@@ -362,7 +366,14 @@ print(json.dumps({"writes": n, "final": final}), flush=True)
                     zero_fill_calls=sum(refusals.values()),
                     outcomes=refusals, blocks_lost=len(lost))
         self.assertEqual([], lost)
-        self.assertEqual(['DiskInUse'], list(refusals))
+        # Refused while the writer held its locks; one 'ok' may end the
+        # loop when the writer released them just before poll() saw it exit
+        # (the fill then ran on a disk no guest held). Without the lock
+        # check the very first call succeeds: no DiskInUse at all.
+        self.assertGreater(refusals['DiskInUse'], 0, refusals)
+        self.assertLessEqual(refusals['ok'], 1, refusals)
+        self.assertEqual({'DiskInUse', 'ok'} | set(refusals),
+                         {'DiskInUse', 'ok'}, refusals)
         # Control: with the guest gone, the fill works and keeps its data.
         self.assertGreater(fs.zero_fill_range(self.disk, 0, DISK_SIZE), 0)
         with open(self.disk, 'rb') as f:
@@ -417,16 +428,20 @@ class Attack3ComponentSwap(AttackTestCase):
 
     def test_attack3_component_swap_opens_nothing_outside(self):
         targets = {}
-        for kind in ('fifo', 'null', 'victim'):
+        for kind in ('fifo', 'null', 'victim', 'qemu'):
             directory = os.path.join(self.outside, kind + '-dir')
             os.mkdir(directory)
             targets[kind] = os.path.join(directory, 'disk')
         os.mkfifo(targets['fifo'], 0o600)
         os.mknod(targets['null'], 0o600 | stat.S_IFCHR, os.makedev(1, 3))
         make_sparse(targets['victim'], seed=3)
-        before = file_state(targets['victim'])
+        # QEMU's sparse file (an allowed owner): only the beneath
+        # resolution keeps the daemon off it.
+        make_sparse(targets['qemu'], seed=6)
+        os.chown(targets['qemu'], pwd.getpwnam('nobody').pw_uid, -1)
+        before = {k: file_state(targets[k]) for k in ('victim', 'qemu')}
         self.attacker(
-            'for kind in ("fifo", "null", "victim"):\n'
+            'for kind in ("fifo", "null", "victim", "qemu"):\n'
             '    os.symlink(os.path.join(sys.argv[2], kind + "-dir"),\n'
             '               sys.argv[1] + ".swap-" + kind)\n',
             self.inst, self.outside)
@@ -434,11 +449,11 @@ class Attack3ComponentSwap(AttackTestCase):
         self.addCleanup(watch.close)
         flipper = self.attacker_start(
             'a = sys.argv[1]\n'
-            'kinds = ("fifo", "null", "victim")\n'
+            'kinds = ("fifo", "null", "victim", "qemu")\n'
             'print("ready", flush=True)\n'
             'n = 0\n'
             'while True:\n'
-            '    b = a + ".swap-" + kinds[n % 3]\n'
+            '    b = a + ".swap-" + kinds[n % 4]\n'
             '    exchange(a, b); exchange(a, b); n += 1\n', self.inst)
         self.assertEqual('ready\n', flipper.stdout.readline())
         outcomes = collections.Counter()
@@ -455,7 +470,8 @@ class Attack3ComponentSwap(AttackTestCase):
                     opens_outside=len(events),
                     refusal_messages=sorted(messages))
         self.assertEqual([], events)
-        self.assertEqual(before, file_state(targets['victim']))
+        for kind, state in before.items():
+            self.assertEqual(state, file_state(targets[kind]), kind)
         # The race was run: some calls met the symlink, some the disk.
         self.assertTrue(outcomes['ok'] and outcomes['InvalidPath'],
                         outcomes)
@@ -561,6 +577,64 @@ for line in sys.stdin:
         self.assertEqual(0, fileops.hole_bytes(os.open(small, os.O_RDONLY),
                                                0, units.Mi))
 
+    def test_attack4_concurrent_calls_never_use_the_reserve(self):
+        """Four calls at once, each fitting in f_bavail alone but not two:
+        without the daemon's per-filesystem lock around "check, allocate"
+        both pass the check and the second allocates root's blocks.
+        """
+        mnt, inst = self._loop_fs('mkfs.ext4', '-q', '-F', '-m', '25')
+        # As many daemon threads as calls at once.
+        self.write_daemon_config(mnt, '[prealloc_backend_privsep]\n'
+                                      'thread_pool_size = 4\n')
+        avail = self._fill_to(mnt, 6 * units.Mi)
+        disks = [os.path.join(inst, 'disk%d' % i) for i in range(4)]
+        outcomes = collections.Counter()
+        hits = []
+        for round_ in range(RESERVE_ROUNDS):
+            name = ENTRYPOINTS[round_ % 2]
+            for disk in disks:
+                with open(disk, 'wb') as f:
+                    f.truncate(4 * units.Mi)
+                self.attacker_file(disk)
+            os.sync()
+            vfs = os.statvfs(mnt)
+            free, bfree = vfs.f_bavail * vfs.f_frsize, vfs.f_bfree
+            barrier = threading.Barrier(len(disks))
+            results = []
+
+            def run(disk):
+                barrier.wait()
+                results.append(self.outcome(name, disk, 0, 4 * units.Mi))
+
+            threads = [threading.Thread(target=run, args=(d,))
+                       for d in disks]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            os.sync()
+            used = (bfree - os.statvfs(mnt).f_bfree) * vfs.f_frsize
+            for outcome, value in results:
+                outcomes[name, outcome] += 1
+                self.assertIn(outcome, ('ok', 'AllocationOutOfSpace'), value)
+            # Two cannot have fitted.
+            self.assertLessEqual([o for o, _v in results].count('ok'), 1)
+            if used > free:
+                hits.append((round_, name, free, used))
+            for disk in disks:
+                os.unlink(disk)
+        self.record('attack4-reserve-concurrent', rounds=RESERVE_ROUNDS,
+                    avail=avail, hits=len(hits),
+                    outcomes={'%s %s' % k: v for k, v in outcomes.items()})
+        self.assertEqual([], hits)
+        # fallocate: one call got the space, the others were refused (the
+        # lock covers the whole call). Zero-fills interleave chunk by
+        # chunk: all may stop, each before a chunk that would not fit.
+        half = RESERVE_ROUNDS // 2
+        self.assertEqual(half, outcomes['fallocate_range', 'ok'])
+        self.assertEqual(3 * half, outcomes['fallocate_range',
+                                            'AllocationOutOfSpace'])
+
     def test_attack4_enospc_is_typed(self):
         """ENOSPC met inside the daemon: a typed error naming the disk and
         the sizes, not a bare OSError 28. The free space is cut into 4 KiB
@@ -595,21 +669,20 @@ for line in sys.stdin:
 class Attack5ChosenConfiguration(AttackTestCase):
     """Attack 5: oslo.rootwrap's built-in privsep-helper rule lets the nova
     user start the daemon with a configuration file of its own. What still
-    holds then (README, "The privileged daemon"): '/' is refused, nothing
-    is reached through a symlink, only regular files' holes are allocated
-    and no byte of content or size ever changes.
+    holds then (README, "The privileged daemon"): '/' and root-owned
+    directories are refused as instances_path, root-owned disks are
+    refused, so no root file loses a hole.
     """
 
-    def test_attack5_chosen_config_changes_no_content(self):
+    def test_attack5_chosen_config_reaches_no_root_file(self):
         fs = prealloc_backend.privsep.fs
         # The attacker's configuration: instances_path = /
         self.stop_daemons()
         self.write_daemon_config('/')
         self.assertRaises(exception.InstancesPathUnusable,
                           fs.fallocate_range, self.victim, 0, 4096)
-        # ... = a root-owned directory (root-owned files then pass the
-        # owner check: the boundary the README tells operators to close
-        # with a fixed command line).
+        # ... = a root-owned directory: refused as a whole (the daemon
+        # never works on root's files, whatever its configuration says).
         self.stop_daemons()
         self.write_daemon_config(self.outside)
         fifo = os.path.join(self.outside, 'fifo')
@@ -619,18 +692,28 @@ class Attack5ChosenConfiguration(AttackTestCase):
         self.addCleanup(watch.close)
         before = file_state(self.victim)
         for name in ENTRYPOINTS:
-            for path, wanted in ((fifo, 'not a regular file'),
-                                 (os.path.join(self.outside, 'link'),
-                                  'symlink')):
-                outcome, value = self.outcome(name, path)
-                self.assertEqual('InvalidPath', outcome, value)
-                self.assertIn(wanted, value)
+            for path in (fifo, os.path.join(self.outside, 'link'),
+                         self.victim):
+                outcome, value = self.outcome(name, path, 0, DISK_SIZE)
+                self.assertEqual('InstancesPathUnusable', outcome, value)
+                self.assertIn('owned by root', value)
         self.assertEqual([], watch.events())
-        fs.fallocate_range(self.victim, 0, DISK_SIZE)
-        fs.zero_fill_range(self.victim, 0, DISK_SIZE)
-        after = file_state(self.victim)
-        self.assertEqual((before['sha256'], before['size']),
-                         (after['sha256'], after['size']))
+        # ... = a directory of the attacker's holding a root-owned file
+        # (what libvirt's remember_owner = 0 leaves): refused too.
+        self.stop_daemons()
+        self.write_daemon_config(self.instances)
+        rooted = make_sparse(os.path.join(self.inst, 'rooted'), seed=5)
+        rooted_before = file_state(rooted)
+        for name in ENTRYPOINTS:
+            outcome, value = self.outcome(name, rooted, 0, DISK_SIZE)
+            self.assertEqual('DiskOwnedByRoot', outcome, value)
+        # Root's files keep their holes (and so their blocks), content and
+        # size.
+        for path, state in ((self.victim, before), (rooted, rooted_before)):
+            after = file_state(path)
+            self.assertEqual(state, after)
+            self.assertGreater(fileops.hole_bytes(
+                os.open(path, os.O_RDONLY), 0, DISK_SIZE), 0)
 
 
 class Attack6TypedRefusals(AttackTestCase):
@@ -641,7 +724,11 @@ class Attack6TypedRefusals(AttackTestCase):
     def test_attack6_typed_and_mute_under_race(self):
         # Symlinks to an existing root file, to a missing one, to the
         # victim's directory: their refusals must be the same.
+        qemu_file = make_sparse(os.path.join(self.outside, 'qemu'), seed=7)
+        os.chown(qemu_file, pwd.getpwnam('nobody').pw_uid, -1)
+        qemu_before = file_state(qemu_file)
         links = {'to-file': self.victim,
+                 'to-qemu': qemu_file,
                  'to-missing': self.victim + '.none',
                  'to-dir': self.outside}
         self.attacker(
@@ -683,6 +770,7 @@ class Attack6TypedRefusals(AttackTestCase):
         flipper.kill()
         self.record('attack6', calls=TYPED_CALLS, outcomes=outcomes)
         self.assertEqual({'ok', 'InvalidPath'}, set(outcomes), messages)
+        self.assertEqual(qemu_before, file_state(qemu_file))
         for message in messages:
             self.assertNotIn(self.outside, message)
 

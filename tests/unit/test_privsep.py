@@ -465,6 +465,46 @@ class PinnedRootTestCase(BoundaryTestCase):
             self.assertIn(words, str(exc), configured)
             self.assertIn(repr(configured), str(exc))
 
+    def test_symlinked_ancestor_is_refused(self):
+        """A symlink in any component of instances_path, not only the
+        last, is refused when it is pinned: with openat2, with the walk
+        from '/', and with openat2 answering EPERM as a seccomp filter that
+        does not know it does (the walk then takes over).
+        """
+        fs = prealloc_backend.privsep.fs
+        parent = os.path.join(self.scratch, 'parent-alias')
+        os.symlink(os.path.dirname(self.instances_path), parent)
+        configured = os.path.join(parent,
+                                  os.path.basename(self.instances_path))
+        real_openat2 = beneath.openat2
+        calls = []
+
+        def seccomp_openat2(*args):
+            calls.append(args)
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+        for index, (missing, openat2) in enumerate((
+                (False, real_openat2), (True, real_openat2),
+                (False, seccomp_openat2))):
+            self.useFixture(fixtures.MonkeyPatch(
+                'prealloc_backend.privsep.beneath._openat2_missing',
+                missing))
+            self.useFixture(fixtures.MonkeyPatch(
+                'prealloc_backend.privsep.beneath.openat2', openat2))
+            self.flags(instances_path=configured)
+            exc = self.assertRaises(
+                exception.InstancesPathUnusable, fs.zero_fill_range,
+                os.path.join(configured, 'inst', 'disk'), 0, 4096)
+            self.assertIn('a directory above it, is a symlink', str(exc))
+            # The real path is pinned, and a disk under it resolved,
+            # whichever resolver is used.
+            self.flags(instances_path=self.instances_path)
+            self.assertEqual(4096, fs.zero_fill_range(
+                self.disk, 65536 + 4096 * index, 4096))
+        # EPERM was met once; every later call walked.
+        self.assertEqual(1, len(calls))
+        self.assertTrue(beneath._openat2_missing)
+
     def test_pinned_once(self):
         fs = prealloc_backend.privsep.fs
         fs.fallocate_range(self.disk, 0, 4096)
@@ -651,12 +691,12 @@ class ZeroFillTestCase(BoundaryTestCase):
         """
         real = fileops.zero_fill
 
-        def truncating(fd, start, end, before_write=None):
+        def truncating(fd, start, end, before_write=None, lock=None):
             def hook(count):
                 os.truncate(self.disk, units.Mi)
                 if before_write:
                     before_write(count)
-            return real(fd, start, end, hook)
+            return real(fd, start, end, hook, lock)
 
         self.useFixture(fixtures.MonkeyPatch(
             'prealloc_backend.fileops.zero_fill', truncating))
@@ -726,14 +766,14 @@ class QemuLockTestCase(BoundaryTestCase):
         seen = []
         real = fileops.zero_fill
 
-        def fill_with_qemu_io(fd, start, end, before_write=None):
+        def fill_with_qemu_io(fd, start, end, before_write=None, lock=None):
             def hook(count):
                 if not seen:
                     seen.append(self._qemu_io(self.disk,
                                               'write -P 0x77 0 4k'))
                 if before_write:
                     before_write(count)
-            return real(fd, start, end, hook)
+            return real(fd, start, end, hook, lock)
 
         self.useFixture(fixtures.MonkeyPatch(
             'prealloc_backend.fileops.zero_fill', fill_with_qemu_io))
