@@ -48,8 +48,8 @@ class TestExt4WithoutExtents(base.ServersTestBase):
         # The host's mode (space) still picks io=native.
         self.assertServerDisks(server, 'raw', 'none', self.image_id,
                                self.image_path, io='native')
-        self._check_warning('filesystem without fallocate(2): disk left '
-                            'thin')
+        self._check_warning('filesystem without fallocate(2) (ext4): disk '
+                            'left thin')
 
     def test_warn_qcow2_gets_metadata_preallocation(self):
         server = self._boot('qcow2', 'warn')
