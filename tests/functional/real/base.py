@@ -510,11 +510,18 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
         max_size = drv.find('./metadata_cache/max_size')
         if disk_format == 'qcow2':
             data = info['format-specific']['data']
-            self.assertTrue(data.get('extended-l2'))
+            # Mode none: stock nova's overlay, without extended_l2.
+            self.assertEqual(mode != 'none', bool(data.get('extended-l2')))
             expected = self.expected_cache_size(path)
-            self.assertIsNotNone(max_size, 'no <metadata_cache> in dumpxml')
-            self.assertEqual(str(expected), max_size.text)
-            self.assertEqual(expected, node.get('cache-size'))
+            if expected is None or mode == 'none':
+                # QEMU's default cache covers the disk: nothing is set.
+                self.assertIsNone(max_size, 'a <metadata_cache> in dumpxml')
+                self.assertNotIn('cache-size', node)
+            else:
+                self.assertIsNotNone(max_size,
+                                     'no <metadata_cache> in dumpxml')
+                self.assertEqual(str(expected), max_size.text)
+                self.assertEqual(expected, node.get('cache-size'))
         else:
             self.assertIsNone(max_size)
             self.assertNotIn('cache-size', node)
