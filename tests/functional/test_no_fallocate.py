@@ -59,6 +59,10 @@ class TestExt4WithoutExtents(base.ServersTestBase):
                             'of falloc')
 
     def _test_fail(self, fmt):
+        # One host, one attempt: the build is rescheduled (the host cannot
+        # make the disk), and with max_attempts spent nova's fault keeps
+        # the host's reason ("Last exception: ...").
+        self.flags(max_attempts=1, group='scheduler')
         server = self._boot(fmt, 'fail', expected_state='ERROR')
         message = self.fault_message(server)
         self.assertIn('does not support fallocate(2)', message)
