@@ -165,3 +165,34 @@ class TestWrapper(base.TestCase):
         # nova-compute's own option parser answered.
         self.assertEqual(0, proc.returncode, proc.stderr)
         self.assertIn('--config-file', proc.stdout)
+
+
+class TestRuntimeImports(base.TestCase):
+    """What nova-compute loads with the driver: the runtime modules only.
+
+    The benchmark (and its guest builder), the host checks and the command
+    line are not part of what nova-compute runs; importing the driver must
+    not pull them in (nor matplotlib, which only the benchmark's chart
+    uses).
+    """
+
+    RUNTIME = {'prealloc_backend', 'prealloc_backend.allocate',
+               'prealloc_backend.backend', 'prealloc_backend.conf',
+               'prealloc_backend.driver', 'prealloc_backend.exception',
+               'prealloc_backend.fileops', 'prealloc_backend.fsprobe',
+               'prealloc_backend.guestxml', 'prealloc_backend.journal',
+               'prealloc_backend.modes', 'prealloc_backend.policy',
+               'prealloc_backend.privsep', 'prealloc_backend.privsep.beneath',
+               'prealloc_backend.privsep.fs', 'prealloc_backend.qcow2',
+               'prealloc_backend.qemu'}
+
+    def test_driver_loads_only_runtime_modules(self):
+        out = subprocess.run(
+            [sys.executable, '-c',
+             'import sys, prealloc_backend.driver; '
+             'print("\\n".join(sorted(m for m in sys.modules '
+             'if m.startswith(("prealloc_backend", "matplotlib")))))'],
+            check=True, capture_output=True, text=True).stdout.split()
+        loaded = set(out)
+        self.assertEqual(set(), loaded - self.RUNTIME)
+        self.assertIn('prealloc_backend.backend', loaded)
