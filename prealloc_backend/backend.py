@@ -462,9 +462,11 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
 
     def _finishing_migration(self):
         instance = self._prealloc_instance
+        # Never a hidden lazy-load (an instance without a context raises).
         return (instance is not None and
-                getattr(instance, 'task_state', None) ==
-                task_states.RESIZE_FINISH)
+                getattr(instance, 'obj_attr_is_set', None) is not None and
+                instance.obj_attr_is_set('task_state') and
+                instance.task_state == task_states.RESIZE_FINISH)
 
     def _thin_copied_zeros(self):
         """A metadata-mode disk that arrived on this host fully written.

@@ -131,17 +131,6 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                   'cluster': CONF.prealloc_backend.qcow2_cluster_size,
                   'cache': CONF.prealloc_backend.qcow2_l2_cache})
 
-    def finish_migration(self, context, migration, instance, disk_info,
-                         *args, **kwargs):
-        # nova calls the static _disk_raw_to_qcow2(path) from here, without
-        # the instance: keep it for that call (its flavor's prealloc: specs).
-        self._migrating.instance = instance
-        try:
-            return super().finish_migration(context, migration, instance,
-                                            disk_info, *args, **kwargs)
-        finally:
-            self._migrating.instance = None
-
     def _disk_raw_to_qcow2(self, path):
         """A raw disk that arrived on a qcow2 host becomes qcow2 here.
 
@@ -153,7 +142,11 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         first; without room (an existing guest's disk is never failed for
         space) or in mode none, nova's own thin conversion.
         """
+        # nova calls this static method from finish_migration without the
+        # instance, right after _create_image (below) in the same thread.
         instance = getattr(self._migrating, 'instance', None)
+        if instance is not None and instance.uuid not in path:
+            instance = None
         extra_specs = backend._extra_specs(instance)
         mode = modes.instance_mode(CONF, extra_specs)
         if mode is modes.Mode.NONE:
@@ -196,6 +189,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         # so that the user sees where disks were made and, when they could
         # not be, why (the event's details), even when nova then
         # reschedules the build and its own events read 'Success'.
+        self._migrating.instance = instance
         with _DiskEvent(context, instance):
             return super()._create_image(context, instance, disk_mapping,
                                          *args, **kwargs)
