@@ -62,6 +62,7 @@ from prealloc_backend import guestxml
 from prealloc_backend import journal
 from prealloc_backend import modes
 from prealloc_backend import policy
+from prealloc_backend import process
 from prealloc_backend import qcow2
 from prealloc_backend import qemu
 
@@ -483,7 +484,7 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
         before = os.stat(self.path).st_blocks * 512
         if before <= os.stat(self.path).st_size // 2:
             return
-        processutils.execute('fallocate', '--dig-holes', self.path)
+        process.execute('fallocate', '--dig-holes', self.path)
         LOG.info('%(path)s arrived fully written (a full copy): holes '
                  'punched where it read zeros for mode metadata, %(before)d '
                  'then %(after)d bytes allocated',

@@ -72,8 +72,18 @@ class AllocationCancelled(PreallocError):
     msg_fmt = ('Preallocating %(path)s was cancelled: %(reason)s')
 
 
-class QemuImgError(PreallocError):
-    msg_fmt = ('%(cmd)s failed with exit code %(exit_code)s: %(stderr)s')
+class ProcessFailed(PreallocError):
+    """A command run by prealloc_backend.process exited non-zero (exit_code
+    negative: killed by that signal) or could not start (exit_code None).
+    """
+    msg_fmt = '%(cmd)s failed with exit code %(exit_code)s: %(stderr)s'
+
+    def __init__(self, message=None, **kwargs):
+        if not message and 'stderr' in kwargs and not kwargs['stderr']:
+            # Rebuilt from its message alone (privsep), it keeps this text.
+            message = ('%(cmd)s failed with exit code %(exit_code)s and no '
+                       'error output' % kwargs)
+        super().__init__(message, **kwargs)
 
     @property
     def cmd(self):
@@ -86,6 +96,22 @@ class QemuImgError(PreallocError):
     @property
     def stderr(self):
         return self.kwargs.get('stderr')
+
+    @property
+    def stdout(self):
+        return self.kwargs.get('stdout')
+
+
+class ProcessTimeout(PreallocError):
+    msg_fmt = ('%(cmd)s did not finish within %(timeout)s s; it was killed')
+
+    @property
+    def cmd(self):
+        return self.kwargs.get('cmd')
+
+
+class QemuImgError(ProcessFailed):
+    """qemu-img failed (prealloc_backend.qemu.execute)."""
 
 
 class QemuImgOutputError(PreallocError):

@@ -10,7 +10,11 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""qemu-img, run the way nova runs it: processutils, LC_ALL=C, prlimit.
+"""qemu-img, run the way nova runs it: LC_ALL=C, prlimit, typed errors.
+
+Every command goes through prealloc_backend.process (processutils, ``env
+LC_ALL=C LANG=C``); this module chooses the limits and turns failures into
+QemuImgError and AllocationTimeout.
 
 nova's prlimit (``[libvirt] images_cpu_time_limit`` and
 ``images_address_space_limit``) exists to contain qemu-img on untrusted
@@ -20,28 +24,28 @@ limit where qemu-img writes the data area itself (``falloc`` and ``full``
 preallocation), whose CPU time grows with the disk size (zeroing 100 GiB
 takes minutes of system time). ``[prealloc_backend] allocation_timeout``
 bounds those by wall-clock time instead.
+
+Preallocation values are policy.Qcow2Preallocation members, never strings.
 """
 
 import json
-import subprocess
 
-from oslo_concurrency import processutils
 from oslo_log import log as logging
 from oslo_utils import units
 
 from prealloc_backend import conf
 from prealloc_backend import exception
+from prealloc_backend import policy
+from prealloc_backend import process
 
 LOG = logging.getLogger(__name__)
 CONF = conf.CONF
 
 QEMU_IMG = 'qemu-img'
-# preallocation values for which qemu-img writes or reserves the data area.
-HEAVY_PREALLOCATION = ('falloc', 'full')
 
 
 def limits(heavy=False):
-    return processutils.ProcessLimits(
+    return process.Limits(
         cpu_time=None if heavy else CONF.libvirt.images_cpu_time_limit,
         address_space=CONF.libvirt.images_address_space_limit * units.Gi)
 
@@ -49,33 +53,25 @@ def limits(heavy=False):
 def execute(*args, heavy=False, timeout=None, path=None):
     """Run ``qemu-img *args``; return stdout.
 
-    Raises QemuImgError (command, exit code, stderr) when it fails and
-    AllocationTimeout, after killing qemu-img, when ``timeout`` expires.
+    Raises QemuImgError (command, exit code, stderr) when it fails. When
+    ``timeout`` expires qemu-img is killed and AllocationTimeout (naming
+    ``path``, the disk being made) raised, or ProcessTimeout for a command
+    that makes no disk (no ``path``).
     """
-    cmd = ('env', 'LC_ALL=C', 'LANG=C', QEMU_IMG) + tuple(str(a) for a in args)
-    started = []
     try:
-        out, _err = processutils.execute(
-            *cmd, prlimit=limits(heavy), timeout=timeout or None,
-            on_execute=started.append)
-    except processutils.ProcessExecutionError as exc:
-        exit_code = exc.exit_code
-        if exit_code == -9 and not heavy:
+        return process.execute(QEMU_IMG, *args, limits=limits(heavy),
+                               timeout=timeout)
+    except exception.ProcessFailed as exc:
+        if exc.exit_code == -9 and not heavy:
             reason = 'killed by the prlimit of [libvirt] images_*_limit'
         else:
-            reason = (exc.stderr or '').strip() or '(no error output)'
-        raise exception.QemuImgError(cmd=' '.join(cmd[3:]),
-                                     exit_code=exit_code, stderr=reason)
-    except subprocess.TimeoutExpired:
-        for proc in started:
-            proc.kill()
-            proc.wait()
-        raise exception.AllocationTimeout(path=path or args[-1],
-                                          timeout=timeout)
-    except OSError as exc:
-        raise exception.QemuImgError(cmd=' '.join(cmd[3:]), exit_code=None,
-                                     stderr=str(exc))
-    return out
+            reason = exc.stderr or '(no error output)'
+        raise exception.QemuImgError(cmd=exc.cmd, exit_code=exc.exit_code,
+                                     stderr=reason)
+    except exception.ProcessTimeout:
+        if path is None:
+            raise
+        raise exception.AllocationTimeout(path=path, timeout=timeout)
 
 
 def _json(cmd_args, out, required):
@@ -114,25 +110,21 @@ def info(path, fmt=None):
 
 
 def measure(size, preallocation, cluster_size, extended_l2):
-    """Bytes a qcow2 image of ``size`` needs on disk with these options."""
-    if preallocation not in HEAVY_PREALLOCATION + ('metadata',):
+    """Bytes a qcow2 image of ``size`` needs on disk with these options
+    (``preallocation``: a policy.Qcow2Preallocation).
+    """
+    if preallocation is policy.Qcow2Preallocation.OFF:
         return 0  # thin: nothing to reserve, no qemu-img to run
     args = ['measure', '--output=json', '-O', 'qcow2', '-o',
             'cluster_size=%d,extended_l2=%s,preallocation=%s'
-            % (cluster_size, 'on' if extended_l2 else 'off', preallocation),
+            % (cluster_size, 'on' if extended_l2 else 'off',
+               preallocation.value),
             '--size', size]
     out = execute(*args)
     data = _json(args, out, {'required': int, 'fully-allocated': int})
-    if preallocation in HEAVY_PREALLOCATION:
+    if preallocation.heavy:
         return data['fully-allocated']
-    if preallocation == 'metadata':
-        return data['required']
-    return 0
-
-
-def _prealloc(value):
-    """A preallocation as qemu-img's string (Qcow2Preallocation or str)."""
-    return getattr(value, 'value', value)
+    return data['required']
 
 
 def create_overlay(path, size, backing_file, backing_fmt, layout,
@@ -140,12 +132,12 @@ def create_overlay(path, size, backing_file, backing_fmt, layout,
     """Create a qcow2 overlay of ``backing_file`` with ``layout`` (a
     DiskPlan: preallocation, cluster_size, extended_l2).
     """
-    preallocation = _prealloc(layout.preallocation)
+    preallocation = layout.preallocation
     opts = ['backing_file=%s' % backing_file,
             'backing_fmt=%s' % backing_fmt,
             'cluster_size=%d' % layout.cluster_size,
             'extended_l2=%s' % ('on' if layout.extended_l2 else 'off'),
-            'preallocation=%s' % preallocation]
+            'preallocation=%s' % preallocation.value]
     for value in (backing_file, backing_fmt):
         if ',' in value:
             # qemu-img's option syntax would need ',,' escaping; nova's
@@ -155,8 +147,7 @@ def create_overlay(path, size, backing_file, backing_fmt, layout,
                 path=path, reason='backing file option %r contains a comma'
                                   % value)
     execute('create', '-f', 'qcow2', '-o', ','.join(opts), path, size,
-            heavy=preallocation in HEAVY_PREALLOCATION,
-            timeout=timeout, path=path)
+            heavy=preallocation.heavy, timeout=timeout, path=path)
 
 
 def check_overlay(path, size, backing_file, layout):
@@ -179,12 +170,12 @@ def check_overlay(path, size, backing_file, layout):
                    'not %r' % (found, wanted), output=path)
 
 
-def resize(path, fmt, size, preallocation='off', timeout=None):
-    """Grow ``path`` to ``size`` bytes, preallocating the new area."""
-    preallocation = _prealloc(preallocation)
+def resize(path, fmt, size, preallocation, timeout=None):
+    """Grow ``path`` to ``size`` bytes, preallocating the new area as
+    ``preallocation`` (a policy.Qcow2Preallocation) says.
+    """
     args = ['resize', '-f', fmt]
-    if preallocation != 'off':
-        args.append('--preallocation=%s' % preallocation)
+    if preallocation is not policy.Qcow2Preallocation.OFF:
+        args.append('--preallocation=%s' % preallocation.value)
     args += [path, size]
-    execute(*args, heavy=preallocation in HEAVY_PREALLOCATION,
-            timeout=timeout, path=path)
+    execute(*args, heavy=preallocation.heavy, timeout=timeout, path=path)

@@ -47,13 +47,15 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 import uuid
 from xml.sax import saxutils
 
 from oslo_log import log as logging
+
+from prealloc_backend import exception
+from prealloc_backend import process
 
 LOG = logging.getLogger(__name__)
 
@@ -256,9 +258,11 @@ def _probe_boot(guest, accel):
                            kernel_cmdline(ACTION_PROBE), accel,
                            console_path)
         try:
-            subprocess.run(cmd, capture_output=True, timeout=PROBE_TIMEOUT)
-        except subprocess.TimeoutExpired:
+            process.execute(*cmd, timeout=PROBE_TIMEOUT)
+        except exception.ProcessTimeout:
             return False
+        except exception.ProcessFailed:
+            pass  # the console says whether it booted
         return 'probe' in parse_console(_read(console_path))
 
 
@@ -300,8 +304,7 @@ def _read_module(path):
         if not shutil.which('zstd'):
             raise GuestError('%s is zstd-compressed and zstd is not '
                              'installed' % path)
-        return subprocess.run(['zstd', '-dc', path], check=True,
-                              capture_output=True).stdout
+        return process.execute('zstd', '-dc', path, binary=True)
     return data
 
 
@@ -390,10 +393,9 @@ def _extract_deb(deb, cache):
     os.makedirs(os.path.dirname(root), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=name + '.', dir=os.path.dirname(root))
     try:
-        subprocess.run(['dpkg-deb', '-x', deb, tmp], check=True,
-                       capture_output=True)
+        process.execute('dpkg-deb', '-x', deb, tmp)
         os.rename(tmp, root)
-    except (OSError, subprocess.CalledProcessError) as exc:
+    except (OSError, exception.ProcessFailed) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         # Another process (a parallel test worker) may have won the race.
         found = _extracted_kernel(root)
@@ -414,17 +416,18 @@ def download_kernel(cache=None, package=KERNEL_PACKAGE):
     """
     cache = cache or cache_dir()
     os.makedirs(cache, exist_ok=True)
-    out = subprocess.run(['apt-cache', 'depends', package],
-                         capture_output=True, text=True).stdout
+    try:
+        out = process.execute('apt-cache', 'depends', package)
+    except exception.ProcessFailed as exc:
+        out = exc.stdout
     match = re.search(r'Depends: (linux-image-\S+)', out)
     if not match:
         raise GuestError('apt-cache cannot resolve %s to a kernel package '
                          '(run apt-get update?)' % package)
     # NOTE: as root, apt's _apt sandbox user cannot write into the cache;
     # the download itself is verified by apt either way.
-    subprocess.run(['apt-get', 'download', '-q', '-o',
-                    'APT::Sandbox::User=root', match.group(1)],
-                   cwd=cache, check=True, capture_output=True)
+    process.execute('apt-get', 'download', '-q', '-o',
+                    'APT::Sandbox::User=root', match.group(1), cwd=cache)
     debs = _debs(cache)
     if not debs:
         raise GuestError('apt-get download of %s left no .deb in %s' %
@@ -675,17 +678,15 @@ def run_write_test(disk, disk_format, mib=64, guest=None, accel=None,
     LOG.debug('Running %s', ' '.join(cmd))
     try:
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
+            process.execute(*cmd, timeout=timeout)
+        except exception.ProcessTimeout:
             raise GuestError('the guest did not power off within %d s; '
                              'console:\n%s' % (timeout,
                                                _read(console_path)[-2000:]))
-        text = _read(console_path)
-        if proc.returncode != 0:
-            raise GuestError('qemu-system-x86_64 exited %d: %s' %
-                             (proc.returncode, proc.stderr.strip()))
-        return write_result(text, accel, RUNNER_QEMU)
+        except exception.ProcessFailed as exc:
+            raise GuestError('qemu-system-x86_64 exited %s: %s' %
+                             (exc.exit_code, exc.stderr))
+        return write_result(_read(console_path), accel, RUNNER_QEMU)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
 
@@ -736,10 +737,19 @@ def domain_xml(name, guest, disk, disk_format, cmdline, accel,
        'mc': metadata_cache, 'disk': q(disk), 'console': q(console_path)}
 
 
-def _virsh(uri, *args, check=True):
-    return subprocess.run(['virsh', '-q', '-c', uri] + list(args),
-                          capture_output=True, text=True, check=check,
-                          timeout=60)
+def _virsh(uri, *args):
+    """stdout of ``virsh -c uri args``; raises ProcessFailed (it failed)
+    or ProcessTimeout (no answer within 60 s).
+    """
+    return process.execute('virsh', '-q', '-c', uri, *args, timeout=60)
+
+
+def _domain_exists(uri, name):
+    try:
+        _virsh(uri, 'domid', name)
+    except exception.ProcessFailed:
+        return False
+    return True
 
 
 def run_write_test_libvirt(disk, disk_format, mib=64, guest=None,
@@ -765,12 +775,15 @@ def run_write_test_libvirt(disk, disk_format, mib=64, guest=None,
     try:
         try:
             _virsh(uri, 'create', xml_path)
-        except subprocess.CalledProcessError as exc:
-            raise GuestError('virsh create failed: %s' % exc.stderr.strip())
+        except exception.ProcessFailed as exc:
+            raise GuestError('virsh create failed: %s' % exc.stderr)
         deadline = time.monotonic() + timeout
-        while _virsh(uri, 'domid', name, check=False).returncode == 0:
+        while _domain_exists(uri, name):
             if time.monotonic() > deadline:
-                _virsh(uri, 'destroy', name, check=False)
+                try:
+                    _virsh(uri, 'destroy', name)
+                except exception.ProcessFailed:
+                    pass  # it stopped in the meantime
                 raise GuestError('the guest did not power off within %d s; '
                                  'console:\n%s' %
                                  (timeout, _read(console_path)[-2000:]))

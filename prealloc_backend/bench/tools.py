@@ -36,9 +36,11 @@ import json
 import mmap
 import os
 import re
-import subprocess
 
 from oslo_log import log as logging
+
+from prealloc_backend import exception
+from prealloc_backend import process
 
 LOG = logging.getLogger(__name__)
 
@@ -61,23 +63,24 @@ class ToolError(Exception):
 
 
 def run(cmd, stdin=None):
-    """Run cmd (a list) in the C locale; return its stdout."""
-    env = dict(os.environ, LC_ALL='C', LANG='C')
+    """Run cmd (a list) through prealloc_backend.process (C locale, killed
+    after TIMEOUT); return its stdout. Raises ToolError, for the report.
+    """
     try:
-        proc = subprocess.run(cmd, input=stdin, capture_output=True,
-                              text=True, env=env, timeout=TIMEOUT)
-    except FileNotFoundError:
-        raise ToolError(cmd, 'command not found')
-    except subprocess.TimeoutExpired:
+        out = process.execute(*cmd, stdin=stdin, timeout=TIMEOUT)
+    except exception.ProcessTimeout:
         raise ToolError(cmd, 'no answer within %d s' % TIMEOUT)
-    if proc.returncode != 0:
-        raise ToolError(cmd, 'exit code %d: %s' % (
-            proc.returncode, (proc.stderr or proc.stdout).strip()[-500:]))
+    except exception.ProcessFailed as exc:
+        if exc.exit_code == 127:
+            # env's answer when the command is not installed.
+            raise ToolError(cmd, 'command not found')
+        raise ToolError(cmd, 'exit code %s: %s' % (
+            exc.exit_code, (exc.stderr or exc.stdout).strip()[-500:]))
     # Belt and braces: qemu-io reports a failed request on stdout.
-    for line in proc.stdout.splitlines():
+    for line in out.splitlines():
         if ' failed: ' in line or 'not found' in line:
             raise ToolError(cmd, line.replace('qemu-io> ', '').strip())
-    return proc.stdout
+    return out
 
 
 class TooShort(ToolError):

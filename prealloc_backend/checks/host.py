@@ -22,41 +22,10 @@ backend will do because it asks the function the backend asks.
 """
 
 import os
-import subprocess
-
-from oslo_concurrency import processutils
 
 from prealloc_backend import fsprobe
 from prealloc_backend import modes
 from prealloc_backend import policy
-
-
-class Timeout(Exception):
-    """A command of a check did not finish in time (it was killed)."""
-
-    def __init__(self, cmd, timeout):
-        super().__init__('%s did not finish within %d s'
-                         % (' '.join(cmd), timeout))
-
-
-def execute(*cmd, timeout):
-    """Run ``cmd`` with LC_ALL=C; return stdout.
-
-    Raises processutils.ProcessExecutionError when it fails, OSError when it
-    cannot start, and Timeout, after killing it, when ``timeout`` seconds
-    pass. (qemu-img runs through prealloc_backend.qemu, with its limits.)
-    """
-    started = []
-    cmd = ('env', 'LC_ALL=C') + cmd
-    try:
-        out, _err = processutils.execute(*cmd, timeout=timeout,
-                                         on_execute=started.append)
-    except subprocess.TimeoutExpired:
-        for proc in started:
-            proc.kill()
-            proc.wait()
-        raise Timeout(cmd[2:], timeout)
-    return out
 
 
 # Where libvirt's QEMU driver reads its configuration.

@@ -34,12 +34,11 @@ import pwd
 import re
 import shutil
 
-from oslo_concurrency import processutils
-
-from prealloc_backend.checks import host as check_host
 from prealloc_backend.checks import result
+from prealloc_backend import exception
 from prealloc_backend import modes
 from prealloc_backend import policy
+from prealloc_backend import process
 
 # libvirt's defaults when qemu.conf does not set them.
 DEFAULTS = {'dynamic_ownership': 1, 'remember_owner': 1}
@@ -258,7 +257,7 @@ def libvirt_version():
         path = shutil.which(name) or shutil.which(name, path=SBIN)
         if not path:
             continue
-        out = check_host.execute(path, '--version', timeout=TIMEOUT)
+        out = process.execute(path, '--version', timeout=TIMEOUT)
         match = re.search(r'(\d+)\.(\d+)\.(\d+)', out)
         if match:
             return path, tuple(int(g) for g in match.groups())
@@ -307,8 +306,7 @@ def check_metadata_cache(host):
             'prealloc:cluster_size extra spec).', **facts)
     try:
         daemon, version = libvirt_version()
-    except (processutils.ProcessExecutionError, OSError,
-            check_host.Timeout) as exc:
+    except (exception.ProcessFailed, exception.ProcessTimeout) as exc:
         return result.warning(
             'Cannot run the libvirt daemon to read its version: %s' % exc,
             'Make sure libvirt runs on this host.', **facts)

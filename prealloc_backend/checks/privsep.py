@@ -33,16 +33,16 @@ import shlex
 import shutil
 import tempfile
 
-from oslo_concurrency import processutils
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_privsep import priv_context
 from oslo_rootwrap import wrapper as rootwrap_wrapper
 
-from prealloc_backend.checks import host as check_host
 from prealloc_backend.checks import result
+from prealloc_backend import exception
 from prealloc_backend import modes
 import prealloc_backend.privsep
+from prealloc_backend import process
 
 LOG = logging.getLogger(__name__)
 Code = result.Code
@@ -266,16 +266,16 @@ def helper_imports(helper, found):
         return
     found.facts['python'] = interpreter
     try:
-        check_host.execute(*interpreter, '-c',
-                           'import prealloc_backend.privsep.fs',
-                           timeout=IMPORT_TIMEOUT)
-    except check_host.Timeout as exc:
+        process.execute(*interpreter, '-c',
+                        'import prealloc_backend.privsep.fs',
+                        timeout=IMPORT_TIMEOUT)
+    except exception.ProcessTimeout as exc:
         found.problem(
             Code.WARNING, 'Whether the Python of %s (%s) imports the plugin '
             'is not known: %s.' % (helper, ' '.join(interpreter), exc),
             'Run the check again when the host is less busy.')
         return
-    except (processutils.ProcessExecutionError, OSError) as exc:
+    except exception.ProcessFailed as exc:
         found.problem(
             Code.FAILURE, 'The Python of %s (%s) cannot import the plugin: '
             '%s' % (helper, ' '.join(interpreter),

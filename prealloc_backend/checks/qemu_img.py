@@ -82,7 +82,7 @@ def probe_plan(host):
 def _layout(plan):
     """What qemu.create_overlay reads of a layout, from the plan."""
     return types.SimpleNamespace(
-        preallocation=plan.preallocation.value,
+        preallocation=plan.preallocation,
         extended_l2=bool(plan.extended_l2),
         cluster_size=plan.cluster_size or policy.QEMU_DEFAULT_CLUSTER)
 
@@ -104,8 +104,8 @@ def try_overlay(directory, plan):
         qemu.check_overlay(overlay, PROBE_OVERLAY_BYTES, base, layout)
         allocated = os.stat(overlay).st_blocks * 512
         qemu.resize(overlay, 'qcow2', PROBE_GROWN_BYTES,
-                    layout.preallocation if layout.extended_l2 else 'off',
-                    timeout=TIMEOUT)
+                    layout.preallocation if layout.extended_l2
+                    else policy.Qcow2Preallocation.OFF, timeout=TIMEOUT)
         grown = os.stat(overlay).st_blocks * 512
         return {'allocated_bytes': allocated,
                 'grown_allocated_bytes': grown}

@@ -43,6 +43,7 @@ from prealloc_backend import conf
 from prealloc_backend import driver
 from prealloc_backend import exception
 from prealloc_backend import modes
+from prealloc_backend import policy
 from prealloc_backend import qemu
 from tests import base
 from tests import fixtures as pb_fixtures
@@ -332,7 +333,8 @@ class MeasureOutputTestCase(FakeQemuImgBase):
     def test_direct(self):
         self.behave('measure', self.script)
         exc = self.assertRaises(exception.PreallocError, qemu.measure,
-                                units.Gi, 'falloc', 65536, True)
+                                units.Gi, policy.Qcow2Preallocation.FALLOC,
+                                65536, True)
         self.assert_clear(exc, self.error)
 
     def test_spawn_does_not_run_measure(self):
@@ -422,5 +424,6 @@ class FakeQemuImgTestCase(FakeQemuImgBase):
                    os.path.join(empty, 'env'))
         self.useFixture(fixtures.EnvironmentVariable('PATH', empty))
         exc = self.assertRaises(exception.QemuImgError, qemu.measure,
-                                units.Gi, 'falloc', 65536, True)
+                                units.Gi, policy.Qcow2Preallocation.FALLOC,
+                                65536, True)
         self.assertIn('qemu-img', str(exc))

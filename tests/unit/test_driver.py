@@ -183,8 +183,8 @@ class TestRuntimeImports(base.TestCase):
                'prealloc_backend.guestxml', 'prealloc_backend.journal',
                'prealloc_backend.modes', 'prealloc_backend.policy',
                'prealloc_backend.privsep', 'prealloc_backend.privsep.beneath',
-               'prealloc_backend.privsep.fs', 'prealloc_backend.qcow2',
-               'prealloc_backend.qemu'}
+               'prealloc_backend.privsep.fs', 'prealloc_backend.process',
+               'prealloc_backend.qcow2', 'prealloc_backend.qemu'}
 
     def test_driver_loads_only_runtime_modules(self):
         out = subprocess.run(

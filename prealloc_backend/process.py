@@ -1,0 +1,122 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The one way prealloc_backend runs a process: :func:`execute`.
+
+Everything the plugin runs (qemu-img for nova-compute, fallocate
+--dig-holes after a migration, the host checks, the benchmark's tools and
+its guest) goes through here, so that every command:
+
+* runs through oslo.concurrency's ``processutils.execute``, as nova's own
+  commands do: the same debug log line for each command, the same way of
+  setting resource limits (``prlimit``: a Python wrapper sets the limits,
+  then execs the command, so the limited process is the command itself);
+* runs as ``env LC_ALL=C LANG=C <command>``, as nova runs qemu-img: the
+  output is parsed (qemu-img's JSON and messages, ``--version`` lines,
+  filefrag's "N extents found") and an operator's locale must not translate
+  it or change its number format;
+* may have a wall-clock ``timeout``: when it expires the process is killed
+  and reaped (processutils alone raises subprocess.TimeoutExpired and
+  leaves the process running), then ProcessTimeout is raised;
+* fails in one typed way: a non-zero exit, a death by signal or a command
+  that cannot be started all raise exception.ProcessFailed, which names the
+  command, the exit code and what the command printed on stderr. Callers
+  catch that one type (qemu.py turns it into its subclass QemuImgError).
+
+Limits are chosen per command by the caller, not here, because they depend
+on what the command does: nova's ``[libvirt] images_cpu_time_limit`` and
+``images_address_space_limit`` contain qemu-img on untrusted image files,
+and qemu.py keeps both for every command that reads such a file, but lifts
+the CPU limit where qemu-img writes the data area itself (``falloc`` and
+``full`` preallocation), whose CPU time grows with the disk size; a
+wall-clock timeout bounds those instead. Trusted tools (the benchmark's
+qemu-img bench on disks it made, the checks' ``--version`` runs) need a
+timeout only.
+
+Nothing in prealloc_backend/privsep/ runs a process: the privileged daemon
+does its work with system calls only.
+"""
+
+import subprocess
+
+from oslo_concurrency import processutils
+
+from prealloc_backend import exception
+
+# The resource limits a command may be given (``limits=``): cpu_time
+# (seconds), address_space (bytes), ... (oslo.concurrency's ProcessLimits).
+Limits = processutils.ProcessLimits
+
+C_LOCALE = ('env', 'LC_ALL=C', 'LANG=C')
+
+
+def execute(*cmd, timeout=None, limits=None, stdin=None, cwd=None,
+            binary=False):
+    """Run ``cmd`` in the C locale; return its stdout.
+
+    :param timeout: seconds (wall clock) after which the process is killed
+        and ProcessTimeout raised; None or 0: no limit.
+    :param limits: a :data:`Limits` applied to the process (prlimit).
+    :param stdin: str or bytes written to the process's standard input.
+    :param cwd: directory the process starts in.
+    :param binary: return bytes instead of str.
+    :raises exception.ProcessFailed: non-zero exit (exit_code < 0: killed
+        by that signal), or the command cannot be started.
+    :raises exception.ProcessTimeout: ``timeout`` expired (process killed).
+    """
+    cmd = tuple(str(arg) for arg in cmd)
+    shown = ' '.join(cmd)
+    started = []
+    try:
+        out, _err = processutils.execute(
+            *(C_LOCALE + cmd), process_input=stdin, cwd=cwd, binary=binary,
+            prlimit=limits, timeout=timeout or None,
+            on_execute=started.append)
+    except processutils.ProcessExecutionError as exc:
+        raise exception.ProcessFailed(
+            cmd=shown, exit_code=exc.exit_code,
+            stderr=(exc.stderr or '').strip(), stdout=exc.stdout or '')
+    except OSError as exc:
+        # env itself, the prlimit wrapper's Python or cwd is missing (a
+        # missing command is env's exit code 127, "No such file").
+        raise exception.ProcessFailed(cmd=shown, exit_code=None,
+                                      stderr=str(exc), stdout='')
+    except BaseException as exc:
+        # Timed out, or interrupted (KeyboardInterrupt in the benchmark):
+        # never leave the command running behind us (subprocess.run kills
+        # it too).
+        _kill(started)
+        if _is_timeout(exc):
+            raise exception.ProcessTimeout(cmd=shown, timeout=timeout)
+        raise
+    return out
+
+
+def _is_timeout(exc):
+    # NOTE: not isinstance(exc, subprocess.TimeoutExpired). Under eventlet
+    # (nova's monkey patching, which the tests use), processutils runs
+    # eventlet's green Popen, built on a second copy of the subprocess
+    # module: its TimeoutExpired is another class of the same name.
+    return any(cls.__name__ == 'TimeoutExpired' and
+               cls.__module__ == subprocess.__name__
+               for cls in type(exc).__mro__)
+
+
+def _kill(started):
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        # Not read: a grandchild of the command may hold the pipes open.
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe:
+                pipe.close()
