@@ -203,7 +203,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
               admin_password, allocations, network_info=None,
               block_device_info=None, power_on=True, accel_info=None):
         evacuating = _evacuating_here(instance)
-        instance_dir = libvirt_utils.get_instance_path(instance)
+        instance_dir = (libvirt_utils.get_instance_path(instance)
+                        if evacuating else None)
         # Non-shared storage: this spawn makes the instance directory.
         new_dir = evacuating and not os.path.exists(instance_dir)
         try:
@@ -287,8 +288,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         # flavor), then makes the raw files through its backend (nova's own
         # create_image, then allocated as planned); nova's loop below skips
         # them as existing. Hard reboot (the other caller) is nova's.
-        if (getattr(instance, 'task_state', None) != task_states.MIGRATING
-                or not disk_info):
+        if (_loaded(instance, 'task_state') != task_states.MIGRATING or
+                not disk_info):
             return super()._create_images_and_backing(
                 context, instance, instance_dir, disk_info,
                 fallback_from_host=fallback_from_host)
@@ -409,13 +410,22 @@ def _missing_disks(instance_dir, disk_info):
     return disks
 
 
+def _loaded(instance, name):
+    """``instance.<name>``, or None when not loaded (never a hidden
+    lazy-load: an instance without a context raises).
+    """
+    if instance is None or not instance.obj_attr_is_set(name):
+        return None
+    return getattr(instance, name)
+
+
 def _evacuating_here(instance):
     """This host is spawning an evacuated instance (nova moves
     ``instance.host`` here only once the evacuation succeeded).
     """
-    return (getattr(instance, 'task_state', None) ==
+    return (_loaded(instance, 'task_state') ==
             task_states.REBUILD_SPAWNING and
-            getattr(instance, 'host', None) not in (None, CONF.host))
+            _loaded(instance, 'host') not in (None, CONF.host))
 
 
 def _short_reason(exc):
