@@ -43,8 +43,9 @@ NO_ROOM = re.compile(r"Not enough space on host dst to preallocate the "
 class _LiveMigrateBase(test_migrate._MigrateMixin,
                        multihost.MultiHostTestBase):
 
-    def _hosts(self, fmt, mode, dest_mode=None, dest_fmt=None, **kwargs):
-        self.add_host('src', fmt, mode, **kwargs)
+    def _hosts(self, fmt, mode, dest_mode=None, dest_fmt=None,
+               stock_source=False, **kwargs):
+        self.add_host('src', fmt, mode, stock=stock_source, **kwargs)
         self.add_host('dst', dest_fmt or fmt, dest_mode or mode, **kwargs)
 
     def _source_state(self, server):
@@ -72,9 +73,15 @@ class TestBlockLiveMigrate(_LiveMigrateBase):
         super().setUp()
         self.stub_live_migration()
 
-    def _test(self, fmt, mode, dest_mode=None):
+    def _test(self, fmt, mode, dest_mode=None, dest_host_fmt=None,
+              stock_source=False):
+        """``fmt``: the disk's format (and the source host's); the
+        destination host's own format is ``dest_host_fmt`` (default the
+        same): a block live migration keeps the source's disk format.
+        """
         dest_mode = dest_mode or mode
-        self._hosts(fmt, mode, dest_mode)
+        self._hosts(fmt, mode, dest_mode, dest_fmt=dest_host_fmt,
+                    stock_source=stock_source)
         server = self._boot('src', fmt)
         self.assertDisk('src', server, fmt, mode, units.Gi)
         server = self.live_migrate(server, 'dst')
@@ -106,6 +113,15 @@ class TestBlockLiveMigrate(_LiveMigrateBase):
 
     def test_raw_full(self):
         self._test('raw', 'full')
+
+    def test_raw_host_to_qcow2_host(self):
+        # The disk stays raw (the domain XML is the source's): made as a
+        # raw file by the destination's mode.
+        self._test('raw', 'none', dest_mode='space', dest_host_fmt='qcow2')
+
+    def test_stock_source(self):
+        # A host without the plugin (a rolling upgrade) to a plugin host.
+        self._test('raw', 'none', dest_mode='space', stock_source=True)
 
     def test_qcow2_space(self):
         self._test('qcow2', 'space')
