@@ -179,6 +179,8 @@ class TestFailedLiveMigrate(_LiveMigrateBase):
         self._hosts(fmt, 'space')
         server = self._boot('src', fmt)
         before = self._source_state(server)
+        # A spy (the real method runs): what the destination had made
+        # before libvirt failed.
         made = []
         dest_driver = self.computes['dst'].driver
         real = dest_driver._create_images_and_backing
@@ -263,6 +265,8 @@ class TestLiveMigrateNoRoom(_LiveMigrateBase):
         filler = os.path.join(self.scope.hosts['dst'].instances_path,
                               'another-disk')
 
+        # NOTE: the real pre_live_migration runs, after a real file took
+        # the room (another host's disk landing between the two checks).
         def room_taken(*args, **kwargs):
             free = os.statvfs(filler.rsplit('/', 1)[0])
             with open(filler, 'wb') as f:
