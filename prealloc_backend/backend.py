@@ -100,6 +100,23 @@ def _extra_specs(instance):
         return {}
 
 
+def plan_new_disk(instance, path, fmt, virtual_size, backing=True,
+                  directory=None):
+    """The DiskPlan of a new disk this host would make at ``path`` (what
+    cache() plans for it), without making it and without raising for
+    space: ``fits`` and ``to_allocate`` say. For the checks a migration's
+    destination makes before anything moves; ``directory`` names the
+    filesystem to probe while the disk's own directory does not exist yet.
+    """
+    extra_specs = _extra_specs(instance)
+    mode = policy.disk_mode(extra_specs, modes.host_mode(CONF))
+    fs = None
+    if mode is not modes.Mode.NONE:
+        fs = fsprobe.facts(directory or os.path.dirname(path))
+    return policy.make_plan(CONF.prealloc_backend, extra_specs, mode, fmt,
+                            virtual_size, fs, backing=backing, path=path)
+
+
 def _flushed(fetch_func):
     """fetch_func, then the file it wrote flushed to disk.
 

@@ -24,16 +24,21 @@ script calls it and then runs nova-compute unchanged, with::
 """
 
 import os
+import shutil
 import sys
 import threading
 
+from nova.compute import task_states
+from nova.compute import utils as compute_utils
 from nova.compute import vm_states
 from nova import exception as nova_exception
 from nova import objects
 import nova.virt
 from nova.virt.libvirt import driver as libvirt_driver
+from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_utils import units
 
 from prealloc_backend import backend
 from prealloc_backend import conf
@@ -197,6 +202,11 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
     def spawn(self, context, instance, image_meta, injected_files,
               admin_password, allocations, network_info=None,
               block_device_info=None, power_on=True, accel_info=None):
+        evacuating = _evacuating_here(instance)
+        instance_dir = (libvirt_utils.get_instance_path(instance)
+                        if evacuating else None)
+        # Non-shared storage: this spawn makes the instance directory.
+        new_dir = evacuating and not os.path.exists(instance_dir)
         try:
             return super().spawn(
                 context, instance, image_meta, injected_files,
@@ -204,11 +214,31 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 block_device_info=block_device_info, power_on=power_on,
                 accel_info=accel_info)
         except exception.PreallocError as exc:
-            if instance.vm_state != vm_states.BUILDING:
-                # Not a first build (rebuild, evacuate, unshelve): nova's
-                # own handling of a failed spawn applies.
-                raise
             reason = _short_reason(exc)
+            if (evacuating and
+                    not isinstance(exc, exception.AllocationCancelled)):
+                # An evacuation whose disks cannot be made here (no room,
+                # no fallocate, ...) is refused instead of failed: for
+                # ComputeResourcesUnavailable nova's rebuild_instance
+                # keeps the instance as it was (vm_state, and host: the
+                # failed host, whose disks nova removes only after an
+                # evacuation that did not fail), marks the migration
+                # failed and removes this host's allocation; any other
+                # error would put the instance in ERROR. The reason is in
+                # this host's DISK_EVENT and the instance fault. What this
+                # spawn made here goes (the backend already removed the
+                # disk it could not make); a directory that was here
+                # before (shared storage: the source's disks) stays.
+                if new_dir:
+                    LOG.warning('Evacuation refused: removing %s',
+                                instance_dir, instance=instance)
+                    shutil.rmtree(instance_dir, ignore_errors=True)
+                raise nova_exception.ComputeResourcesUnavailable(
+                    reason=reason) from exc
+            if instance.vm_state != vm_states.BUILDING:
+                # Not a first build (rebuild, unshelve): nova's own
+                # handling of a failed spawn applies.
+                raise
             if isinstance(exc, (nova_exception.Invalid,
                                 exception.AllocationCancelled)):
                 # The same on every host (an invalid flavor policy or
@@ -223,6 +253,179 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             # [scheduler] max_attempts runs out ("Last exception: ...").
             raise nova_exception.ComputeResourcesUnavailable(
                 reason=reason) from exc
+
+    # -- live migration --------------------------------------------------
+
+    def check_source_migrate_data_at_dest(self, ctxt, instance, migrate_data,
+                                         migration, limits, allocs):
+        # NOTE: the last check nova runs on the destination of a live
+        # migration (inside the compute manager's
+        # check_can_live_migrate_destination), once the source said whether
+        # the instance directory is shared, before anything moves. Refused
+        # here (MigrationPreCheckError) the instance stays ACTIVE on its
+        # source, nova's conductor tries its next host when the scheduler
+        # chose this one, and the reason is the details of the
+        # compute_check_can_live_migrate_destination event. Checked before
+        # nova's own check, which may reserve mdevs.
+        if not _shares_instance_disks(migrate_data):
+            path = libvirt_utils.get_instance_path(instance)
+            self._check_room(instance, self._flavor_disks(ctxt, instance,
+                                                          path),
+                             CONF.instances_path)
+        return super().check_source_migrate_data_at_dest(
+            ctxt, instance, migrate_data, migration, limits, allocs)
+
+    def _create_images_and_backing(self, context, instance, instance_dir,
+                                   disk_info, fallback_from_host=None):
+        # NOTE: nova's pre_live_migration makes a block live migration's
+        # disks here, on the destination. Disks with a backing file go
+        # through the image backend (the plugin's overlays), but disks
+        # without one (raw files, standalone qcow2) nova makes with
+        # libvirt_utils.create_image directly: sparse, unchecked. During a
+        # live migration the plugin first checks that all the missing disks
+        # fit by this host's plans (the exact disks of the source, where
+        # check_source_migrate_data_at_dest could only estimate from the
+        # flavor), then makes the raw files through its backend (nova's own
+        # create_image, then allocated as planned); nova's loop below skips
+        # them as existing. Hard reboot (the other caller) is nova's.
+        if (_loaded(instance, 'task_state') != task_states.MIGRATING or
+                not disk_info):
+            return super()._create_images_and_backing(
+                context, instance, instance_dir, disk_info,
+                fallback_from_host=fallback_from_host)
+        with _DiskEvent(context, instance):
+            disks = _missing_disks(instance_dir, disk_info)
+            self._check_room(instance, disks, instance_dir)
+            for path, fmt, size, backing in disks:
+                if fmt is policy.DiskFormat.RAW and not backing:
+                    self._create_raw_disk(instance, path, size)
+            return super()._create_images_and_backing(
+                context, instance, instance_dir, disk_info,
+                fallback_from_host=fallback_from_host)
+
+    def _create_raw_disk(self, instance, path, size):
+        """A raw file of ``size`` made by the backend's Flat: nova's own
+        ``create_image`` (what nova makes here), checked for room first and
+        allocated by the plan, removed again if that fails.
+        """
+        image = self.image_backend.backend('raw')(instance=instance,
+                                                  path=path)
+
+        def make(target):
+            libvirt_utils.create_image(target, 'raw', size)
+
+        # A disk generated in place: nova's Image.cache takes filename as
+        # the name of a lock (and of a _base file it never makes here).
+        image.cache(fetch_func=make, filename='prealloc-live-migration',
+                    size=size)
+
+    def _flavor_disks(self, context, instance, instance_dir):
+        """The local disks a block live migration would make here, sized
+        from the flavor, in this host's format: the estimate the check
+        before the migration can make (the source's disk list reaches this
+        host only in pre_live_migration). A root disk sized by its image
+        (flavor disk 0) and BDM ephemerals split from the flavor's are left
+        to that later, exact check.
+        """
+        flavor = instance.flavor
+        fmt = (policy.DiskFormat.QCOW2 if _overlay_images_type() else
+               policy.DiskFormat.RAW)
+        disks = []
+        if flavor.root_gb and not compute_utils.is_volume_backed_instance(
+                context, instance):
+            disks.append(('disk', flavor.root_gb * units.Gi))
+        if flavor.ephemeral_gb:
+            disks.append(('disk.local', flavor.ephemeral_gb * units.Gi))
+        if flavor.swap:
+            disks.append(('disk.swap', flavor.swap * units.Mi))
+        return [(os.path.join(instance_dir, name), fmt, size, True)
+                for name, size in disks]
+
+    def _check_room(self, instance, disks, directory):
+        """Refuse a live migration whose new disks do not all fit here by
+        this host's plans (``backend.plan_new_disk``: the same plan that
+        makes each disk): MigrationPreCheckError naming the figures.
+        ``disks``: (path, DiskFormat, virtual size, has a backing file).
+        """
+        if (not disks or self.image_backend.backend() not in (
+                backend.Flat, backend.Qcow2)):
+            return
+        try:
+            plans = [backend.plan_new_disk(instance, path, fmt, size,
+                                           backing=has_backing,
+                                           directory=directory)
+                     for path, fmt, size, has_backing in disks]
+        except exception.PreallocError as exc:
+            raise nova_exception.MigrationPreCheckError(
+                reason=exc.format_message()) from exc
+        needed = sum(plan.to_allocate for plan in plans)
+        if not needed:
+            return
+        free = fsprobe.free_bytes(directory)
+        figures = {'host': CONF.host, 'mode': plans[0].mode.value,
+                   'needed': needed, 'free': free, 'dir': directory,
+                   'disks': len(plans)}
+        if needed > free:
+            raise nova_exception.MigrationPreCheckError(
+                reason='Not enough space on host %(host)s to preallocate '
+                       'the instance\'s disks (mode %(mode)s): %(needed)d '
+                       'bytes needed, %(free)d bytes free in %(dir)s'
+                       % figures)
+        LOG.info('Room for a live migration\'s %(disks)d disks in mode '
+                 '%(mode)s: %(needed)d bytes needed, %(free)d free in '
+                 '%(dir)s', figures, instance=instance)
+
+
+def _shares_instance_disks(migrate_data):
+    """The destination uses the source's disk files (shared instance
+    directory or shared block storage): a live migration makes none here.
+    """
+    return any(migrate_data.obj_attr_is_set(name) and
+               getattr(migrate_data, name)
+               for name in ('is_shared_instance_path',
+                            'is_shared_block_storage'))
+
+
+def _missing_disks(instance_dir, disk_info):
+    """(path, DiskFormat, virtual size, has a backing file) of the source's
+    disks (nova's disk_info) that this host must make, in the format it
+    makes them: a disk with a backing file through this host's backend
+    (an overlay where disks are qcow2, a raw copy of the base where they
+    are raw), one without in the source's format (nova's create_image).
+    """
+    disks = []
+    for info in disk_info:
+        path = os.path.join(instance_dir, os.path.basename(info['path']))
+        if os.path.exists(path):
+            continue
+        has_backing = bool(info.get('backing_file'))
+        if has_backing:
+            fmt = (policy.DiskFormat.QCOW2 if _overlay_images_type() else
+                   policy.DiskFormat.RAW)
+        elif info.get('type') in ('raw', 'qcow2'):
+            fmt = policy.DiskFormat(info['type'])
+        else:
+            continue
+        disks.append((path, fmt, int(info['virt_disk_size']), has_backing))
+    return disks
+
+
+def _loaded(instance, name):
+    """``instance.<name>``, or None when not loaded (never a hidden
+    lazy-load: an instance without a context raises).
+    """
+    if instance is None or not instance.obj_attr_is_set(name):
+        return None
+    return getattr(instance, name)
+
+
+def _evacuating_here(instance):
+    """This host is spawning an evacuated instance (nova moves
+    ``instance.host`` here only once the evacuation succeeded).
+    """
+    return (_loaded(instance, 'task_state') ==
+            task_states.REBUILD_SPAWNING and
+            _loaded(instance, 'host') not in (None, CONF.host))
 
 
 def _short_reason(exc):

@@ -31,6 +31,10 @@ services runs code:
   the test starts that host's service, and in every thread nova spawns from
   such a thread (nova.thread_pool_factory.spawn_on passes the host on, as it
   passes the request context);
+* a live migration (``stub_live_migration``) defines the guest on the
+  destination, as nova's own LibvirtMigrationMixin does (nova's fake
+  libvirt fails every migrateToURI3), and, for a block migration, does
+  what QEMU's block copy does to the disks: see ``block_copy``;
 * nova's remote filesystem calls (``[libvirt] remote_filesystem_transport``
   ssh or rsync: ``ssh host touch/mkdir/rm`` and ``scp``/``rsync`` to
   ``<ip>:<path>``) run on this machine, with the path moved from the
@@ -50,9 +54,13 @@ import json
 import os
 import subprocess
 import threading
+import time
+import urllib.parse
 
 import fixtures
+from lxml import etree
 from nova.compute import manager as compute_manager
+from nova.tests.fixtures import libvirt as fakelibvirt
 from nova import thread_pool_factory
 from nova.virt.libvirt import driver as libvirt_driver
 from oslo_concurrency import processutils
@@ -347,6 +355,65 @@ class _RemoteProcessutils:
         return '', ''
 
 
+def block_copy(src, dst, fmt):
+    """What QEMU's block copy of a block live migration writes into the
+    destination's disk, simulated with a real copy (nova's fake libvirt
+    copies nothing): the guest-visible data, written into the disk
+    pre_live_migration made there, keeping that file (its layout and
+    allocation are the destination's plan).
+
+    * raw: ``qemu-img convert -n --target-is-zero``: every non-zero block
+      of the source written in place; zero areas are not written (the new
+      disk reads zeros there), so nothing is discarded;
+    * qcow2 overlay: nova block-migrates with VIR_MIGRATE_NON_SHARED_INC,
+      so only the overlay's own data is copied (sync=top), onto a
+      destination overlay of the same backing image: each data extent of
+      the source's top layer (``qemu-img map``), read at its host offset,
+      written with ``qemu-io write`` at its guest offset. (``qemu-img
+      convert -n -B`` was tried: QEMU 7.2 writes zero clusters past the
+      backing file's end, which discards the destination's preallocation,
+      something a mirror into a fresh overlay does not do.)
+    """
+    if fmt == 'raw':
+        subprocess.run(['qemu-img', 'convert', '-n', '--target-is-zero',
+                        '-f', 'raw', '-O', 'raw', src, dst],
+                       check=True, capture_output=True)
+        return
+    chunk = dst + '.block-copy'
+    try:
+        with open(src, 'rb') as f:
+            for extent in _top_data(src):
+                f.seek(extent['offset'])
+                with open(chunk, 'wb') as out:
+                    out.write(f.read(extent['length']))
+                subprocess.run(['qemu-io', '-f', 'qcow2', '-c',
+                                'write -s %s %d %d' % (
+                                    chunk, extent['start'],
+                                    extent['length']), dst],
+                               check=True, capture_output=True)
+    finally:
+        if os.path.exists(chunk):
+            os.unlink(chunk)
+
+
+def _top_data(path):
+    """The extents of a qcow2 file's own (top layer) data."""
+    out = subprocess.run(['qemu-img', 'map', '--output=json', '-f', 'qcow2',
+                          path], check=True, capture_output=True).stdout
+    return [e for e in json.loads(out)
+            if e['depth'] == 0 and e['data'] and 'offset' in e]
+
+
+def file_disks(xml):
+    """[(path, format)] of a domain XML's file disks."""
+    disks = []
+    for disk in etree.fromstring(xml).findall('./devices/disk'):
+        source, driver = disk.find('source'), disk.find('driver')
+        if source is not None and source.get('file'):
+            disks.append((source.get('file'), driver.get('type')))
+    return disks
+
+
 def full_copy(src, dst):
     """What scp does to a file: read every byte, write every byte (zeros
     included), so that the copy has no holes.
@@ -438,6 +505,90 @@ class MultiHostTestBase(base.ServersTestBase):
         fs = self.useFixture(pb_fixtures.LoopFilesystem(
             kind, size_mb, parent=self.work_dir))
         return self.add_host(name, instances_path=fs.path, **kwargs)
+
+    # -- live migration ------------------------------------------------------
+
+    def stub_live_migration(self, copy=True, fail=False):
+        """Live migrations succeed (nova's fake libvirt fails them all, in a
+        way nova cannot roll back); a block migration copies the disks'
+        data with ``block_copy`` when ``copy``. With ``fail`` libvirt's
+        migration job fails instead, after pre_live_migration made the
+        destination's disks, as nova's own rollback tests do it
+        (regressions/test_bug_1888395): nova rolls back.
+        """
+        self.copy_on_live_migration = copy
+        self.fail_live_migration = fail
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.tests.fixtures.libvirt.Domain.migrateToURI3',
+            self._migrate_stub))
+
+    def _migrate_stub(self, domain, destination, params, flags):
+        # destination: qemu+tcp://<host name or address>/system
+        name = urllib.parse.urlparse(destination).hostname
+        dest = (self.scope.hosts[name] if name in self.scope.hosts
+                else self.scope.by_ip(name))
+        if self.fail_live_migration:
+            domain.fail_job()
+            return
+        xml = params['destination_xml']
+        if (self.copy_on_live_migration and
+                flags & fakelibvirt.VIR_MIGRATE_NON_SHARED_INC):
+            for path, fmt in file_disks(xml):
+                target = self.scope.moved(path, dest)
+                if target != path:
+                    block_copy(path, target, fmt)
+        self.computes[dest.name].driver._host.get_connection().createXML(
+            xml, 'fake-createXML-doesnt-care-about-flags')
+        # The last step: nova's monitor then sees the job completed.
+        domain.complete_job()
+
+    def live_migrate(self, server, host, migration_state='completed',
+                     server_state='ACTIVE'):
+        """Live-migrate to ``host`` (block migration unless shared, as
+        nova decides with 'auto'); wait for the migration to reach
+        ``migration_state`` (one, or a tuple of acceptable ones) and the
+        server to be ``server_state`` with no task.
+        """
+        self.api.post_server_action(
+            server['id'],
+            {'os-migrateLive': {'host': host, 'block_migration': 'auto'}})
+        if isinstance(migration_state, str):
+            migration_state = (migration_state,)
+        self._wait_for_migration_status(server, list(migration_state))
+        return self._wait_for_server_parameter(
+            server, {'status': server_state, 'OS-EXT-STS:task_state': None})
+
+    def _wait_for_migration_status(self, server, expected_statuses):
+        # nova's helper waits 5 s; a migration that preallocates a disk
+        # (zero-fill) takes longer on a busy machine.
+        statuses = [status.lower() for status in expected_statuses]
+        deadline = time.monotonic() + base.WAIT_SECONDS
+        actual = None
+        while time.monotonic() < deadline:
+            migrations = [m for m in self.api.api_get(
+                '/os-migrations').body['migrations']
+                if m['instance_uuid'] == server['id']]
+            if migrations:
+                last = max(migrations, key=lambda m: m['id'])
+                actual = last['status']
+                if actual.lower() in statuses:
+                    return last
+            time.sleep(0.5)
+        self.fail('Timed out waiting for a migration of %s with status %s '
+                  '(last seen: %s)' % (server['id'], expected_statuses,
+                                       actual))
+
+    def action_events(self, server, action, api=None):
+        """{event name: event} of the server's last ``action`` (admin
+        view: host, details, traceback).
+        """
+        api = api or self.api
+        actions = [a for a in api.get_instance_actions(server['id'])
+                   if a['action'] == action]
+        self.assertTrue(actions, 'no %s action' % action)
+        details = api.get_instance_action_details(
+            server['id'], actions[0]['request_id'])
+        return {event['event']: event for event in details['events']}
 
     # -- where things are ----------------------------------------------------
 

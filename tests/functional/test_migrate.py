@@ -228,3 +228,50 @@ class TestShelve(_MigrateMixin, multihost.MultiHostTestBase):
             self.image_path, units.Gi, [GUEST_WRITE]))
         self.assertEqual([], base.journal_files(self.host_dir('dst',
                                                               server)))
+
+
+class TestEvacuateNoRoom(_MigrateMixin, multihost.MultiHostTestBase):
+    """NON-SHARED; the destination keeps its instances on a real 64 MiB
+    loop-mounted ext4, where a 1 GiB disk in mode space cannot be made.
+    The evacuation is refused, not failed: the server keeps its state and
+    its (failed) host, the migration is 'failed', the reason is in the
+    destination's events, nothing is left there, and when the failed host
+    comes back nova keeps the server's disk there (it removes it only
+    after an evacuation that did not fail).
+    """
+
+    # NOTE: casts stay casts (see test_live_migrate.TestLiveMigrateNoRoom):
+    # the API answers 202, the refusal is the compute host's.
+    CAST_AS_CALL = False
+
+    def test_refused(self):
+        self.add_host('src', 'qcow2', 'space')
+        self.add_loop_host('dst', 64, fmt='qcow2', mode='space')
+        server = self._boot('src')
+        disk = self.host_disk('src', server)
+        before = os.stat(disk)
+        self.computes['src'].stop()
+        self.force_down('src')
+        status = self.api.get_server(server['id'])['status']
+        self.api.post_server_action(server['id'],
+                                    {'evacuate': {'host': 'dst'}})
+        self._wait_for_migration_status(server, ['failed'])
+        server = self._wait_for_server_parameter(
+            server, {'status': status, 'OS-EXT-STS:task_state': None})
+        self.assertEqual('src', server['OS-EXT-SRV-ATTR:host'])
+        events = self.action_events(server, 'evacuate')
+        self.assertEqual('Error', events['compute_rebuild_instance']['result'])
+        disks = events['compute_prealloc_disks']
+        self.assertEqual(('Error', 'dst'), (disks['result'], disks['host']))
+        self.assertRegex(disks['details'],
+                         r'Not enough space to preallocate disk \S+: \d+ '
+                         r'bytes needed, \d+ bytes free')
+        self.assertNothingLeft(server, 'dst')
+        # The failed host comes back: the server's disk is still there.
+        self.restart_compute_service('src')
+        self.force_down('src', False)
+        after = os.stat(disk)
+        self.assertEqual((before.st_ino, before.st_size, before.st_blocks),
+                         (after.st_ino, after.st_size, after.st_blocks))
+        self.assertContentEqual(disk, self.reference(
+            self.image_path, units.Gi, [GUEST_WRITE]))
