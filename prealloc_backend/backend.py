@@ -238,6 +238,53 @@ class _PreallocImage:
             raise
         journal.end()
 
+    def _allocate_copied_qcow2(self):
+        """Bring an existing qcow2 file (a Qcow2 disk, or a qcow2 disk on a
+        raw host's Flat) to this host's mode after nova copied it.
+        """
+        # NOTE: nova copies the disks of a resized or cold-migrated
+        # instance with 'cp -r' (same host or shared storage) or 'rsync
+        # --sparse': the blocks preallocation=falloc reserved come out as
+        # holes, while the qcow2 metadata still maps every cluster (seen
+        # under real libvirt: a 1 GiB space overlay resized to 2 GiB kept
+        # only the new GiB allocated). Reserve the file's blocks again as
+        # for a raw file; a disk this plugin just made has no holes.
+        if self.prealloc_mode in (modes.Mode.SPACE, modes.Mode.FULL):
+            self._allocate_file(created=False)
+        elif (self.prealloc_mode == modes.Mode.METADATA and
+              self._finishing_migration()):
+            self._thin_copied_zeros()
+
+    def _finishing_migration(self):
+        instance = self._prealloc_instance
+        # Never a hidden lazy-load (an instance without a context raises).
+        return (instance is not None and
+                getattr(instance, 'obj_attr_is_set', None) is not None and
+                instance.obj_attr_is_set('task_state') and
+                instance.task_state == task_states.RESIZE_FINISH)
+
+    def _thin_copied_zeros(self):
+        """A metadata-mode disk that arrived on this host fully written.
+
+        NOTE (issue 15): nova's default transport (ssh: scp) writes every
+        byte of a cold-migrated disk, zeros included, so a metadata overlay
+        (mapped clusters, no data blocks) arrives fully allocated. Punch
+        holes where whole blocks read as zeros (util-linux ``fallocate
+        --dig-holes``): what the guest reads is unchanged (a hole reads as
+        zeros, the qcow2 metadata keeps every cluster mapped), the disk is
+        what metadata preallocation makes. Only in finish_migration, where
+        the copy just happened: it reads the whole file.
+        """
+        before = os.stat(self.path).st_blocks * 512
+        if before <= os.stat(self.path).st_size // 2:
+            return
+        process.execute('fallocate', '--dig-holes', self.path)
+        LOG.info('%(path)s arrived fully written (a full copy): holes '
+                 'punched where it read zeros for mode metadata, %(before)d '
+                 'then %(after)d bytes allocated',
+                 {'path': self.path, 'before': before,
+                  'after': os.stat(self.path).st_blocks * 512})
+
     def _check_space_for_new_disk(self, size):
         """Hook: fail early when a disk about to be made cannot fit."""
 
@@ -415,11 +462,15 @@ class Flat(_PreallocImage, imagebackend.Flat):
             super().resize_image(size)
 
     def _allocate_existing(self, created):
-        if (not self._is_instance_disk() or self.driver_format != 'raw' or
-                not self.exists() or
+        if (not self._is_instance_disk() or not self.exists() or
                 self.prealloc_mode is modes.Mode.NONE):
             return
-        self._allocate_file(created)
+        if self.driver_format == 'raw':
+            self._allocate_file(created)
+        elif self.driver_format == 'qcow2' and not created:
+            # A qcow2 disk on a raw host: nova keeps a migrated overlay
+            # qcow2 (it never converts to raw); this host's mode applies.
+            self._allocate_copied_qcow2()
 
 
 class Qcow2(_PreallocImage, imagebackend.Qcow2):
@@ -465,48 +516,7 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
             if self.prealloc_mode is not modes.Mode.NONE:
                 self._allocate_file(created)
             return
-        # NOTE: nova copies the disks of a resized or cold-migrated
-        # instance with 'cp -r' (same host or shared storage) or 'rsync
-        # --sparse': the blocks preallocation=falloc reserved come out as
-        # holes, while the qcow2 metadata still maps every cluster (seen
-        # under real libvirt: a 1 GiB space overlay resized to 2 GiB kept
-        # only the new GiB allocated). Reserve the file's blocks again as
-        # for a raw file; a disk this plugin just made has no holes.
-        if self.prealloc_mode in (modes.Mode.SPACE, modes.Mode.FULL):
-            self._allocate_file(created)
-        elif (self.exists() and self.prealloc_mode == modes.Mode.METADATA and
-              self._finishing_migration()):
-            self._thin_copied_zeros()
-
-    def _finishing_migration(self):
-        instance = self._prealloc_instance
-        # Never a hidden lazy-load (an instance without a context raises).
-        return (instance is not None and
-                getattr(instance, 'obj_attr_is_set', None) is not None and
-                instance.obj_attr_is_set('task_state') and
-                instance.task_state == task_states.RESIZE_FINISH)
-
-    def _thin_copied_zeros(self):
-        """A metadata-mode disk that arrived on this host fully written.
-
-        NOTE (issue 15): nova's default transport (ssh: scp) writes every
-        byte of a cold-migrated disk, zeros included, so a metadata overlay
-        (mapped clusters, no data blocks) arrives fully allocated. Punch
-        holes where whole blocks read as zeros (util-linux ``fallocate
-        --dig-holes``): what the guest reads is unchanged (a hole reads as
-        zeros, the qcow2 metadata keeps every cluster mapped), the disk is
-        what metadata preallocation makes. Only in finish_migration, where
-        the copy just happened: it reads the whole file.
-        """
-        before = os.stat(self.path).st_blocks * 512
-        if before <= os.stat(self.path).st_size // 2:
-            return
-        process.execute('fallocate', '--dig-holes', self.path)
-        LOG.info('%(path)s arrived fully written (a full copy): holes '
-                 'punched where it read zeros for mode metadata, %(before)d '
-                 'then %(after)d bytes allocated',
-                 {'path': self.path, 'before': before,
-                  'after': os.stat(self.path).st_blocks * 512})
+        self._allocate_copied_qcow2()
 
     @staticmethod
     def _checked_base(base, safe):

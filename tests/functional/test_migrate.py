@@ -91,10 +91,12 @@ class _MigrateMixin:
 class _ColdMigrateBase(_MigrateMixin, multihost.MultiHostTestBase):
 
     def _test(self, mode, resize=False, revert=False, fmt='qcow2',
-              dest_fmt=None, dest_mode=None):
+              dest_fmt=None, dest_mode=None, dest_host_fmt=None):
+        # dest_fmt: the format the disk ends in on the destination;
+        # dest_host_fmt: the destination host's kind, when it differs.
         dest_fmt, dest_mode = dest_fmt or fmt, dest_mode or mode
         self.add_host('src', fmt, mode)
-        self.add_host('dst', dest_fmt, dest_mode)
+        self.add_host('dst', dest_host_fmt or dest_fmt, dest_mode)
         server = self._boot('src', fmt)
         before = self.assertDisk('src', server, fmt, mode, units.Gi)
         size = 2 * units.Gi if resize else units.Gi
@@ -201,7 +203,8 @@ class TestRawQcow2Hosts(_ColdMigrateBase):
     def test_qcow2_to_raw_host(self):
         # nova keeps the qcow2 overlay on a raw host (it never converts to
         # raw): the destination's mode applies to it.
-        self._test('space', fmt='qcow2', dest_fmt='qcow2')
+        self._test('space', fmt='qcow2', dest_fmt='qcow2',
+                   dest_host_fmt='raw')
 
 
 class TestShelve(_MigrateMixin, multihost.MultiHostTestBase):
