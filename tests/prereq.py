@@ -21,7 +21,8 @@ that answers), the tier's tests are not loaded at all: only its
 line naming what is missing, the Debian package and the command that
 installs it. It fails under ``CI=true`` (a tier never skips silently in
 CI) and skips otherwise (a user without root or libvirt can still run the
-other tiers). When nothing is missing, that test passes and the tier's tests run after it.
+other tiers). When nothing is missing, that test passes and the tier's
+tests run after it.
 
 ``python -m tests.prereq [TIER...]`` prints the same lines.
 """
