@@ -157,3 +157,37 @@ class FaultBase(TestCase):
             leftovers = [name for name in os.listdir(os.path.dirname(disk))
                          if name not in pb_fixtures.NOVA_FILES]
             self.assertEqual([], leftovers)
+
+
+class CheckTestCase(base.BaseTestCase):
+    """``prealloc-backend check`` on a real nova.conf: a temporary
+    directory ``self.tmp`` holding nova's instances_path
+    (``self.instances``) and ``self.conf_path``, the nova.conf that
+    ``check_host`` writes.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = self.useFixture(fixtures.TempDir()).path
+        self.instances = os.path.join(self.tmp, 'instances')
+        os.mkdir(self.instances)
+        self.conf_path = os.path.join(self.tmp, 'nova.conf')
+
+    def nova_conf(self, images_type=None, **prealloc):
+        """The sections of a healthy host's nova.conf
+        (fixtures.check_sections) for ``self.instances``, with
+        [prealloc_backend] options ``prealloc`` and [libvirt] images_type
+        when given.
+        """
+        sections = pb_fixtures.check_sections(self.conf_path, self.instances,
+                                              **prealloc)
+        if images_type:
+            sections['libvirt'] = {'images_type': images_type}
+        return sections
+
+    def check_host(self, sections, **kwargs):
+        """The Host the checks read, ``sections`` written to conf_path;
+        ``kwargs``: fixtures.CheckHost's (disk_size, qemu_conf).
+        """
+        return self.useFixture(pb_fixtures.CheckHost(
+            self.conf_path, sections, **kwargs)).host

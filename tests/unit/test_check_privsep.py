@@ -22,12 +22,11 @@ import os
 import shutil
 import sys
 
-import fixtures
 from oslo_privsep import priv_context
-from oslotest import base
 
 from prealloc_backend.checks import privsep
 from prealloc_backend.checks import result
+from tests import base
 from tests import fixtures as pb_fixtures
 
 BIN = os.path.dirname(sys.executable)
@@ -36,16 +35,11 @@ FILTERS = os.path.join(os.path.dirname(__file__), '..', '..', 'etc',
                        'rootwrap.d', 'prealloc_backend.filters')
 
 
-class PrivsepCase(base.BaseTestCase):
+class PrivsepCase(base.CheckTestCase):
 
     def setUp(self):
         super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.instances = os.path.join(self.tmp, 'instances')
-        os.mkdir(self.instances)
-        self.conf_path = os.path.join(self.tmp, 'nova.conf')
-        self.sections = pb_fixtures.check_sections(self.conf_path,
-                                                   self.instances)
+        self.sections = self.nova_conf()
 
     def check(self, helper_command=None, mode='space'):
         self.sections['prealloc_backend']['mode'] = mode
@@ -54,9 +48,7 @@ class PrivsepCase(base.BaseTestCase):
         else:
             self.sections['prealloc_backend_privsep']['helper_command'] = (
                 helper_command)
-        host = self.useFixture(pb_fixtures.CheckHost(
-            self.conf_path, self.sections)).host
-        return privsep.check_privsep(host)
+        return privsep.check_privsep(self.check_host(self.sections))
 
 
 class TestHelperCommand(PrivsepCase):
