@@ -73,7 +73,7 @@ class TestCase(base.BaseTestCase):
 
 
 # Disks of the backend's tests. 64 MiB: mode full writes every byte, and
-# the qcow2 metadata of a 64 MiB disk fills the same clusters (one L2
+# the qcow2 metadata of a 64 MiB disk takes the same clusters (one L2
 # table) as that of a 1 GiB one; QEMU's default metadata cache covers both.
 DISK = 64 * units.Mi
 BASE = 3 * units.Mi + 12345  # not a multiple of any cluster size

@@ -15,7 +15,9 @@
 The helper commands are real executables (this venv's privsep-helper, a
 script whose Python lacks the plugin); the root-helper case builds the
 command line oslo.privsep would run and matches it with oslo.rootwrap's own
-code against the plugin's shipped filter file.
+code against the plugin's shipped filter file. The cases where the
+helper's Python imports the plugin (a child process importing nova) are in
+tests/integration/test_check_privsep.py.
 """
 
 import os
@@ -53,28 +55,6 @@ class PrivsepCase(base.CheckTestCase):
 
 class TestHelperCommand(PrivsepCase):
 
-    def test_healthy(self):
-        res = self.check('%s --config-file %s' % (PRIVSEP_HELPER,
-                                                  self.conf_path))
-        self.assertEqual(result.Code.SUCCESS, res.code, res.details)
-        self.assertEqual('helper_command', res.facts['method'])
-        self.assertEqual(self.instances, res.facts['helper_instances_path'])
-        self.assertEqual(PRIVSEP_HELPER, res.facts['privsep_helper'])
-        self.assertEqual([sys.executable], res.facts['python'])
-        self.assertIn('imports the plugin', res.details)
-
-    def test_helper_without_nova_conf(self):
-        res = self.check(PRIVSEP_HELPER)
-        self.assertEqual(result.Code.FAILURE, res.code)
-        self.assertIn('not %s' % self.instances, res.details)
-        self.assertIn('refuses every disk', res.details)
-        self.assertIn('--config-file', res.fix)
-        self.assertEqual([], res.facts['helper_config_files'])
-        # nova's default: $state_path/instances.
-        self.assertNotEqual(self.instances, res.facts['helper_instances_path'])
-        self.assertEqual('instances', os.path.basename(
-            res.facts['helper_instances_path']))
-
     def test_not_an_executable(self):
         missing = os.path.join(self.tmp, 'no-such-helper')
         res = self.check('%s --config-file %s' % (missing, self.conf_path))
@@ -110,7 +90,8 @@ class TestHelperCommand(PrivsepCase):
         self.assertIn('Install prealloc_backend', res.fix)
 
 
-class TestRootHelper(PrivsepCase):
+class RootHelperCase(PrivsepCase):
+    """nova-compute's root helper (sudo nova-rootwrap) and its filters."""
 
     def setUp(self):
         super().setUp()
@@ -127,30 +108,8 @@ class TestRootHelper(PrivsepCase):
         pb_fixtures.write_conf(self.rootwrap_conf, {'DEFAULT': {
             'filters_path': self.filters_dir, 'exec_dirs': exec_dirs}})
 
-    def test_command_line_matched_against_the_filters(self):
-        self.write_rootwrap(BIN)
-        res = self.check(mode='none')
-        facts = res.facts
-        self.assertEqual('root_helper', facts['method'])
-        # Exactly what oslo.privsep runs for nova-compute.
-        self.assertEqual(
-            ['sudo', 'nova-rootwrap', self.rootwrap_conf, 'privsep-helper',
-             '--config-file', self.conf_path,
-             '--privsep_context', 'prealloc_backend.privsep.ctx',
-             '--privsep_sock_path'], facts['command'][:-1])
-        self.assertEqual([os.path.join(self.filters_dir,
-                                       'prealloc_backend.filters')],
-                         facts['filter_files'])
-        # The plugin's filter only allows configuration files under /etc:
-        # oslo.rootwrap's own privsep-helper rule lets this one through.
-        self.assertEqual('privsep-helper', facts['filter'])
-        self.assertIn("oslo.rootwrap's built-in rule", res.details)
-        self.assertEqual(PRIVSEP_HELPER, facts['privsep_helper'])
-        if shutil.which('sudo') and shutil.which('nova-rootwrap'):
-            self.assertEqual(result.Code.SUCCESS, res.code, res.details)
-        else:
-            self.assertEqual(result.Code.WARNING, res.code)
-            self.assertIn('helper_command', res.fix)
+
+class TestRootHelper(RootHelperCase):
 
     def test_privsep_helper_outside_exec_dirs(self):
         self.write_rootwrap(self.filters_dir)
