@@ -19,7 +19,8 @@ def _tool(name):
     """``name`` from the first tox env that has it (stestr and
     subunit-stats come with the test requirements of every tier).
     """
-    for env in ('py3', 'functional', 'privileged', 'functional-real'):
+    for env in ('py3', 'integration', 'functional', 'privileged',
+                'functional-real'):
         path = os.path.join('.tox', env, 'bin', name)
         if os.access(path, os.X_OK):
             return path

@@ -268,6 +268,22 @@ def write_source(path, size, seed):
     return path
 
 
+def expected_sha(source_raw, size):
+    """sha256 of source_raw's content zero-extended to size."""
+    digest = hashlib.sha256()
+    done = 0
+    with open(source_raw, 'rb') as f:
+        for block in iter(lambda: f.read(units.Mi), b''):
+            block = block[:size - done]
+            digest.update(block)
+            done += len(block)
+    while done < size:
+        block = bytes(min(units.Mi, size - done))
+        digest.update(block)
+        done += len(block)
+    return digest.hexdigest()
+
+
 def find_processes(program, marker, session=None):
     """pids of live processes running ``program`` with ``marker`` among
     their arguments (and in ``session``, when given).

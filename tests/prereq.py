@@ -12,16 +12,17 @@
 
 """What each test tier needs from the machine, checked once per tier.
 
-Each tier package (tests/unit, tests/privileged, tests/functional,
-tests/functional/real) hands its discovery to ``load_tier`` through the
-``load_tests`` protocol. When the machine lacks something the tier needs
-(a command, root, a Python module, a libvirtd that answers), the tier's
-tests are not loaded at all: only its ``<tier>.Prerequisites.
-test_prerequisites`` test is, and it reports ONE line naming what is
-missing, the Debian package and the command that installs it. It fails
-under ``CI=true`` (a tier never skips silently in CI) and skips otherwise
-(a user without root or libvirt can still run the other tiers). When
-nothing is missing, that test passes and the tier's tests run after it.
+Each tier package (tests/unit, tests/integration, tests/privileged,
+tests/functional, tests/functional/real) hands its discovery to
+``load_tier`` through the ``load_tests`` protocol. When the machine lacks
+something the tier needs (a command, root, a Python module, a libvirtd
+that answers), the tier's tests are not loaded at all: only its
+``<tier>.Prerequisites.test_prerequisites`` test is, and it reports ONE
+line naming what is missing, the Debian package and the command that
+installs it. It fails under ``CI=true`` (a tier never skips silently in
+CI) and skips otherwise (a user without root or libvirt can still run the
+other tiers). When nothing is missing, that test passes and the tier's
+tests run after it.
 
 ``python -m tests.prereq [TIER...]`` prints the same lines.
 """
@@ -80,10 +81,9 @@ COMMON = ('qemu-img', 'qemu-io', 'fallocate', 'filefrag', 'e2label',
 LOOP = ('mkfs.ext4', 'mkfs.xfs', 'mount', 'umount', 'losetup')
 
 # tier package -> (what it needs, what it needs only when run as root).
-# The unit tier's loop-mounted filesystems skip without root, so their
-# tools are needed only then.
 TIERS = {
-    'tests.unit': (COMMON, LOOP),
+    'tests.unit': (COMMON, ()),
+    'tests.integration': (COMMON, ()),
     'tests.privileged': ((ROOT,) + COMMON + LOOP + ('useradd',), ()),
     'tests.functional': (
         COMMON + ('mkfs.ext4', 'mkswap', 'virt-xml-validate', 'xmllint'),

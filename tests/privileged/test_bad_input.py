@@ -14,6 +14,7 @@
 loop-mounted ext4 without extents).
 """
 
+import functools
 import os
 import subprocess
 
@@ -72,33 +73,25 @@ class ContradictionTestCase(base.TestCase):
                            use_cow_images=use_cow)
             self.assertEqual(modes.Mode(mode), driver.validate_config())
 
-    def _raw_disk(self, size=16 * units.Mi):
+    def _disk(self, images_type, size=16 * units.Mi):
+        """A disk spawned from a raw image; its path."""
         instance = self.make_instance()
-        source = os.path.join(self.instances_path, 'src')
+        name = 'src' if images_type == 'raw' else 'srcq'
+        source = os.path.join(self.instances_path, name)
         pb_fixtures.make_base(source, 'raw', units.Mi, seed=2)
 
         def fetch(target, *args, **kwargs):
             subprocess.run(['cp', '--sparse=always', source, target],
                            check=True)
 
-        image = backend.Backend(False).by_name(instance, 'disk', 'raw')
-        image.cache(fetch_func=fetch, filename='src-img', size=size,
-                    image_id='src-img')
+        image = backend.Backend(images_type == 'qcow2').by_name(
+            instance, 'disk', images_type)
+        image.cache(fetch_func=fetch, filename=name + '-img', size=size,
+                    image_id=name + '-img')
         return image.path
 
-    def _qcow2_disk(self, size=16 * units.Mi):
-        instance = self.make_instance()
-        source = os.path.join(self.instances_path, 'srcq')
-        pb_fixtures.make_base(source, 'raw', units.Mi, seed=2)
-
-        def fetch(target, *args, **kwargs):
-            subprocess.run(['cp', '--sparse=always', source, target],
-                           check=True)
-
-        image = backend.Backend(True).by_name(instance, 'disk', 'qcow2')
-        image.cache(fetch_func=fetch, filename='srcq-img', size=size,
-                    image_id='srcq-img')
-        return image.path
+    _raw_disk = functools.partialmethod(_disk, 'raw')
+    _qcow2_disk = functools.partialmethod(_disk, 'qcow2')
 
     def test_mode_none_overrides_nova_space(self):
         """Documented: mode overrides preallocate_images for the plugin's

@@ -21,13 +21,12 @@ import errno
 import os
 import subprocess
 
-import fixtures
 from oslo_utils import units
-from oslotest import base
 
 from prealloc_backend.checks import filesystem
 from prealloc_backend.checks import qemu_img
 from prealloc_backend.checks import result
+from tests import base
 from tests import fixtures as pb_fixtures
 
 
@@ -44,25 +43,18 @@ def fill_up(directory):
                 raise
 
 
-class LoopCase(base.BaseTestCase):
+class LoopCase(base.CheckTestCase):
 
     def loop_instances(self, kind, size_mb):
         pb_fixtures.skip_unless_root(self)
         fs = self.useFixture(pb_fixtures.LoopFilesystem(kind, size_mb))
         self.instances = os.path.join(fs.path, 'instances')
         os.mkdir(self.instances)
-        self.tmp = self.useFixture(fixtures.TempDir()).path
         return self.instances
 
     def host(self, images_type=None, disk_size=4 * units.Mi, **options):
-        path = os.path.join(self.tmp, 'nova-%d.conf' % len(os.listdir(
-            self.tmp)))
-        sections = pb_fixtures.check_sections(path, self.instances,
-                                              **options)
-        if images_type:
-            sections['libvirt'] = {'images_type': images_type}
-        return self.useFixture(pb_fixtures.CheckHost(
-            path, sections, disk_size=disk_size)).host
+        return self.check_host(self.nova_conf(images_type, **options),
+                               disk_size=disk_size)
 
 
 class TestWithoutFallocate(LoopCase):

@@ -39,14 +39,6 @@ import prealloc_backend.privsep.fs
 from tests import base
 from tests import fixtures as pb_fixtures
 
-# Helpers shared with the other tier's test_faults (tests/fixtures.py).
-WAIT = pb_fixtures.WAIT
-find_processes = pb_fixtures.find_processes
-guest_sha = pb_fixtures.guest_sha
-sha256_of = pb_fixtures.sha256_of
-wait_until = pb_fixtures.wait_until
-write_source = pb_fixtures.write_source
-
 LOG = logging.getLogger(__name__)
 
 
@@ -64,8 +56,8 @@ def tree_state(root, skip=()):
             # (image cache bookkeeping): only its content counts.
             mtime = None if relative.startswith('_base/') else st.st_mtime_ns
             state[relative] = (st.st_size, st.st_blocks, mtime,
-                               sha256_of(path) if os.path.isfile(path)
-                               else None)
+                               pb_fixtures.sha256_of(path)
+                               if os.path.isfile(path) else None)
     return state
 
 
@@ -97,8 +89,8 @@ class EnospcTestCase(base.FaultBase):
         super().setUp()
         self.fs = self.use_loop_fs('ext4', 96)
         # A neighbour: an instance made before, which must not change.
-        self.source = write_source(os.path.join(self.scratch, 'image'),
-                                   2 * units.Mi + 4096, seed=7)
+        self.source = pb_fixtures.write_source(
+            os.path.join(self.scratch, 'image'), 2 * units.Mi + 4096, seed=7)
         self.flags(group='prealloc_backend', mode='space')
         self.neighbour = self.spawn(self.make_instance(), 'qcow2',
                                     self.source, 'img', 8 * units.Mi)
@@ -205,7 +197,7 @@ class EnospcTestCase(base.FaultBase):
         subprocess.run(['qemu-io', '-f', 'qcow2', '-c',
                         'write -P 0x6b 1M 64k', disk], check=True,
                        capture_output=True)
-        guest_before = guest_sha(disk)
+        guest_before = pb_fixtures.guest_sha(disk)
         self._hog_after(fsprobe, 'facts')
         exc = self.assertRaises(exception.QemuImgError, self.spawn,
                                 self._instance_of(disk), 'qcow2',
@@ -213,7 +205,7 @@ class EnospcTestCase(base.FaultBase):
         self.assertIn('resize', exc.cmd)
         os.unlink(self.hog)
         self.assert_no_leftovers(disk, allow_disk=True)
-        self.assertEqual(guest_before, guest_sha(disk))
+        self.assertEqual(guest_before, pb_fixtures.guest_sha(disk))
         check = subprocess.run(['qemu-img', 'check', '-U', disk],
                                capture_output=True, text=True)
         self.assertEqual(0, check.returncode, check.stdout + check.stderr)
@@ -224,7 +216,7 @@ class EnospcTestCase(base.FaultBase):
         with open(disk, 'r+b') as f:
             f.seek(3 * units.Mi)
             f.write(b'guest data' * 100)
-        digest = sha256_of(disk)
+        digest = pb_fixtures.sha256_of(disk)
         # The space goes once the plan found it (an existing disk is
         # planned thin when it is missing from the start).
         self._hog_after(fsprobe, 'facts')
@@ -271,8 +263,8 @@ class TimeoutTestCase(base.FaultBase):
         self.use_loop_fs('ext4', 19 * 1024)
         self.flags(group='prealloc_backend', mode='full',
                    allocation_timeout=1)
-        self.source = write_source(os.path.join(self.scratch, 'image'),
-                                   units.Mi, seed=9)
+        self.source = pb_fixtures.write_source(
+            os.path.join(self.scratch, 'image'), units.Mi, seed=9)
 
     def _slow_storage(self):
         """Storage that takes 0.6 s per 16 MiB privileged call: the
@@ -313,7 +305,7 @@ class TimeoutTestCase(base.FaultBase):
         self.flags(group='prealloc_backend', mode='none')
         instance = self.make_instance()
         image = self.spawn(instance, 'raw', self.source, 'img', 8 * units.Mi)
-        digest = sha256_of(image.path)
+        digest = pb_fixtures.sha256_of(image.path)
         self.flags(group='prealloc_backend', mode='full')
         self._slow_storage()
         self.assertRaises(exception.AllocationTimeout, self.spawn, instance,
@@ -332,9 +324,10 @@ class TimeoutTestCase(base.FaultBase):
         stopped = []
 
         def stall():
-            pid = wait_until(lambda: find_processes('qemu-img', tmp,
-                                                    os.getsid(0)),
-                             'qemu-img')[0]
+            pid = pb_fixtures.wait_until(
+                lambda: pb_fixtures.find_processes('qemu-img', tmp,
+                                                   os.getsid(0)),
+                'qemu-img')[0]
             os.kill(pid, signal.SIGSTOP)
             stopped.append(pid)
 
@@ -343,8 +336,8 @@ class TimeoutTestCase(base.FaultBase):
         exc = self.assertRaises(exception.AllocationTimeout, self.spawn,
                                 instance, 'qcow2', self.source, 'img',
                                 self.SIZE)
-        watcher.join(WAIT)
+        watcher.join(pb_fixtures.WAIT)
         self.assertEqual(1, len(stopped))
         self.assertIn(tmp, str(exc))
-        self.assertEqual([], find_processes('qemu-img', tmp))
+        self.assertEqual([], pb_fixtures.find_processes('qemu-img', tmp))
         self.assert_no_leftovers(self.disk_path(instance))

@@ -10,11 +10,12 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Unit tier: no root needed, no daemon; ``tox -e py3``.
+"""Unit tier: no root, no daemon, no loop mount; ``tox -e py3``.
 
-Its prerequisites (qemu-utils, util-linux, e2fsprogs; as root also the
-loop-mount tools) are checked once, when the tier is loaded: see
-tests/prereq.py.
+Real files and real qemu-img in this process; tests that start a Python
+importing nova are in tests/integration, tests that need root in
+tests/privileged. Its prerequisites (qemu-utils, util-linux, e2fsprogs)
+are checked once, when the tier is loaded: see tests/prereq.py.
 """
 
 from tests import prereq

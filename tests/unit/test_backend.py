@@ -262,7 +262,7 @@ class TestGuestXML(base.BackendTestCase):
         driver = dev.find('driver')
         self.assertEqual('qcow2', driver.get('type'))
         self.assertEqual('native', driver.get('io'))
-        # QEMU's default cache covers 1 GiB: no element.
+        # QEMU's default cache covers the disk: no element.
         self.assertIsNone(driver.find('metadata_cache'))
 
     def test_qemu_default_policy(self):

@@ -16,10 +16,10 @@ The statistics (pairing by repetition, median and [min-max]) and the
 targets are checked on hand-made results: no test here asserts a timing or
 a measured ratio, those depend on the host. The tools run the real
 qemu-img and qemu-io on small files; the disks are made through the
-plugin's and nova's real backends; one end-to-end test runs the real
-command on one workload in a child process (it parses nova's global
-configuration, so it cannot share a test process). Loop-mounted
-filesystems are in tests/privileged/test_bench.py.
+plugin's and nova's real backends. The real command run end to end (a
+child process: it parses nova's global configuration) is in
+tests/integration/test_bench.py; loop-mounted filesystems are in
+tests/privileged/test_bench.py.
 """
 
 import argparse
@@ -734,51 +734,3 @@ class CommandTestCase(base.TestCase):
         self.assertIn('cannot be measured with cache=none (O_DIRECT open '
                       'failed: [Errno 22] Invalid argument)', reason)
         self.assertIn('choose another --dir', reason)
-
-
-class CommandRunTestCase(base.TestCase):
-    """The real command, end to end, on one workload (``--quick`` itself
-    runs in .ci/run).
-    """
-
-    def test_one_workload_paired(self):
-        out_json = os.path.join(self.instances_path, 'bench.json')
-        directory = os.path.join(self.instances_path, 'here')
-        proc = subprocess.run(
-            [sys.executable, '-m', 'prealloc_backend.cmd.main', 'bench',
-             '--quick', '--reps', '2', '--only', 'flush-4k',
-             '--write-size', '16M', '--dir', directory, '--json', out_json],
-            capture_output=True, text=True, timeout=600)
-        self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
-        self.assertNotIn('Traceback', proc.stderr)
-        # The scratch directory is gone.
-        self.assertEqual([], os.listdir(directory))
-        with open(out_json) as f:
-            data = json.load(f)
-        self.assertEqual(engine.SCHEMA_VERSION, data['schema'])
-        self.assertEqual(2, data['config']['reps'])
-        self.assertEqual(('native', 'none'), (data['host']['aio'],
-                                              data['host']['cache']))
-        (w,) = data['workloads']
-        self.assertEqual('flush-4k', w['name'])
-        self.assertIn('--flush-interval=16', w['engine'])
-        self.assertEqual({v.key for v in workloads.WRITE_VARIANTS},
-                         {c['variant'] for c in w['cases']})
-        for row in w['cases']:
-            self.assertIsNone(row['error'], row)
-            self.assertIsNone(row['skip'], row)
-            self.assertEqual(2, len(row['samples']))
-            self.assertLessEqual(row['min'], row['median'])
-            self.assertLessEqual(row['median'], row['max'])
-        plugin_none = [c for c in w['cases']
-                       if c['variant'] == 'plugin-none'][0]
-        nova_none = [c for c in w['cases'] if c['variant'] == 'nova-none'][0]
-        paired = plugin_none['ratios']['nova-none']
-        self.assertEqual([a / b for a, b in zip(plugin_none['samples'],
-                                                nova_none['samples'])],
-                         paired['samples'])
-        names = [t['name'] for t in data['targets']]
-        self.assertIn('flush-4k: plugin none / stock nova (none)', names)
-        for target in data['targets']:
-            self.assertTrue(target['met'] is not None or target['why'])
-        self.assertIn('Targets (issue 14', proc.stdout)

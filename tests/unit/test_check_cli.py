@@ -10,139 +10,16 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""``prealloc-backend check`` as operators run it: the command line.
+"""``prealloc-backend check``'s command line, in this process.
 
-Each test writes a real nova.conf into a temporary directory and runs the
-real command in a child process (it parses nova's global configuration, as
-nova-compute does), then reads its JSON or its table and its exit status.
-What each check decides is tested in the test_check_<concern> modules.
+The command run as operators run it (a child process that parses nova's
+global configuration) is in tests/integration/test_check_cli.py.
 """
 
-import json
-import os
-import re
-import subprocess
-import sys
-
-import fixtures
 from oslo_utils import units
 from oslotest import base
 
-from prealloc_backend import checks
 from prealloc_backend.cmd import check
-from tests import fixtures as pb_fixtures
-
-BIN = os.path.dirname(sys.executable)
-
-
-class CliCase(base.BaseTestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.instances = os.path.join(self.tmp, 'instances')
-        os.mkdir(self.instances)
-        self.conf_path = os.path.join(self.tmp, 'nova.conf')
-        self.sections = pb_fixtures.check_sections(self.conf_path,
-                                                   self.instances)
-        self.qemu_conf = pb_fixtures.write_conf(
-            os.path.join(self.tmp, 'qemu.conf'), {})
-
-    def run_check(self, *args, as_json=True):
-        """(exit status, parsed JSON or stdout text)."""
-        env = dict(os.environ)
-        env['PATH'] = BIN + os.pathsep + env.get('PATH', '/usr/bin:/bin')
-        cmd = [sys.executable, '-m', 'prealloc_backend.cmd.main', 'check']
-        cmd += list(args) + (['--json'] if as_json else [])
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                              cwd=self.tmp, timeout=280)
-        self.assertNotIn('Traceback', proc.stderr)
-        self.assertNotIn('Traceback', proc.stdout)
-        if not as_json:
-            return proc.returncode, proc.stdout
-        try:
-            out = json.loads(proc.stdout)
-        except ValueError:
-            self.fail('not JSON: %r (stderr %r)' % (proc.stdout,
-                                                    proc.stderr[-2000:]))
-        # oslo.upgradecheck: the exit status is the worst result.
-        self.assertEqual(proc.returncode, out['result'])
-        self.assertEqual(proc.returncode,
-                         max(c['result'] for c in out['checks']))
-        return proc.returncode, out
-
-    @staticmethod
-    def checks(out):
-        return {c['check']: c for c in out['checks']}
-
-
-class TestCli(CliCase):
-
-    def test_healthy_host(self):
-        # A qemu.conf with libvirt's defaults (the file is empty).
-        pb_fixtures.write_conf(self.conf_path, self.sections)
-        # 64 MiB: the verdict must not depend on how full the machine's
-        # temporary filesystem is.
-        rc, out = self.run_check('--config-file', self.conf_path,
-                                 '--disk-size', '64M',
-                                 '--qemu-conf', self.qemu_conf)
-        self.assertEqual([name for name, _f in checks.CHECKS],
-                         [c['check'] for c in out['checks']])
-        self.assertEqual([self.conf_path], out['config_files'])
-        by_name = self.checks(out)
-        for name, res in by_name.items():
-            self.assertEqual(0, res['result'], res)
-            self.assertIsNone(res['fix'])
-        self.assertEqual(0, rc)
-        self.assertEqual(64 * units.Mi,
-                         by_name['Free space']['facts']['disk_bytes'])
-        self.assertEqual(self.qemu_conf, by_name['libvirt disk ownership']
-                         ['facts']['qemu_conf'])
-        # Nothing left behind by the probes.
-        self.assertEqual([], os.listdir(self.instances))
-
-    def test_bad_option_values(self):
-        self.sections['prealloc_backend']['mode'] = 'bogus'
-        self.sections['DEFAULT']['preallocate_images'] = 'always'
-        # Not what this test is about: spare it the helper's import run.
-        self.sections['prealloc_backend_privsep']['helper_command'] = (
-            'true --config-file %s' % self.conf_path)
-        pb_fixtures.write_conf(self.conf_path, self.sections)
-        rc, out = self.run_check('--config-file', self.conf_path,
-                                 '--qemu-conf', self.qemu_conf)
-        self.assertEqual(2, rc)
-        by_name = self.checks(out)
-        config = by_name['Configuration']
-        self.assertEqual(2, config['result'])
-        self.assertIn("[prealloc_backend] mode = 'bogus' (in %s) is not "
-                      "valid" % self.conf_path, config['details'])
-        self.assertEqual(2, config['facts']['invalid'])
-        # A check that needs the mode says so instead of guessing.
-        mode = by_name['Effective mode']
-        self.assertEqual(2, mode['result'])
-        self.assertIn('it needs [prealloc_backend] mode, whose value is '
-                      'invalid', mode['details'])
-        self.assertEqual('See the Configuration check.', mode['fix'])
-
-        # The table for people: the same sentence, no traceback.
-        rc, text = self.run_check('--config-file', self.conf_path,
-                                  '--qemu-conf', self.qemu_conf,
-                                  as_json=False)
-        self.assertEqual(2, rc)
-        flat = re.sub(r'[\s|]+', ' ', text)
-        self.assertIn("[prealloc_backend] mode = 'bogus'", flat)
-        self.assertIn('allowed values are none, metadata, space, full', flat)
-        self.assertIn('Check: libvirt disk ownership', flat)
-        self.assertIn('Overall: Failure (exit status 2)', text)
-
-    def test_missing_config_file(self):
-        missing = os.path.join(self.tmp, 'missing.conf')
-        rc, out = self.run_check('--config-file', missing)
-        self.assertEqual(2, rc)
-        self.assertEqual(['Configuration'],
-                         [c['check'] for c in out['checks']])
-        self.assertIn(missing, out['checks'][0]['details'])
-        self.assertIn('--config-file', out['checks'][0]['fix'])
 
 
 class TestParseSize(base.BaseTestCase):

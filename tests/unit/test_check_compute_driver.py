@@ -19,23 +19,17 @@ not tested: the check also looks beside this Python, where tox installs it.
 
 import os
 
-import fixtures
-from oslotest import base
-
 from prealloc_backend.checks import compute_driver
 from prealloc_backend.checks import result
-from tests import fixtures as pb_fixtures
+from tests import base
 
 
-class TestComputeDriver(base.BaseTestCase):
+class TestComputeDriver(base.CheckTestCase):
 
     def check(self, value):
-        tmp = self.useFixture(fixtures.TempDir()).path
-        path = os.path.join(tmp, 'nova.conf')
-        sections = pb_fixtures.check_sections(path, tmp)
+        sections = self.nova_conf()
         sections['DEFAULT']['compute_driver'] = value
-        host = self.useFixture(pb_fixtures.CheckHost(path, sections)).host
-        return compute_driver.check_compute_driver(host)
+        return compute_driver.check_compute_driver(self.check_host(sections))
 
     def test_the_plugins_driver(self):
         res = self.check('prealloc_backend.LibvirtDriver')

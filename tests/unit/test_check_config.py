@@ -15,29 +15,22 @@ nova.conf files parsed into nova's configuration as nova-compute parses
 them.
 """
 
-import os
-
-import fixtures
 from oslo_utils import units
-from oslotest import base
 
 from prealloc_backend.checks import config
 from prealloc_backend.checks import result
 from prealloc_backend import policy
-from tests import fixtures as pb_fixtures
+from tests import base
 
 
-class ConfigCase(base.BaseTestCase):
+class ConfigCase(base.CheckTestCase):
 
     def setUp(self):
         super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.conf_path = os.path.join(self.tmp, 'nova.conf')
-        self.sections = pb_fixtures.check_sections(self.conf_path, self.tmp)
+        self.sections = self.nova_conf()
 
     def host(self, disk_size=64 * units.Mi):
-        return self.useFixture(pb_fixtures.CheckHost(
-            self.conf_path, self.sections, disk_size=disk_size)).host
+        return self.check_host(self.sections, disk_size=disk_size)
 
 
 class TestOptions(ConfigCase):

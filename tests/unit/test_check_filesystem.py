@@ -22,13 +22,11 @@ import json
 import os
 import subprocess
 
-import fixtures
 from oslo_utils import units
-from oslotest import base
 
 from prealloc_backend.checks import filesystem
 from prealloc_backend.checks import result
-from tests import fixtures as pb_fixtures
+from tests import base
 
 
 def findmnt_fstype(path):
@@ -37,22 +35,11 @@ def findmnt_fstype(path):
                           text=True).stdout.strip()
 
 
-class FilesystemCase(base.BaseTestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.instances = os.path.join(self.tmp, 'instances')
-        os.mkdir(self.instances)
-        self.conf_path = os.path.join(self.tmp, 'nova.conf')
+class FilesystemCase(base.CheckTestCase):
 
     def host(self, disk_size=64 * units.Mi, images_type=None, **options):
-        sections = pb_fixtures.check_sections(self.conf_path, self.instances,
-                                              **options)
-        if images_type:
-            sections['libvirt'] = {'images_type': images_type}
-        return self.useFixture(pb_fixtures.CheckHost(
-            self.conf_path, sections, disk_size=disk_size)).host
+        return self.check_host(self.nova_conf(images_type, **options),
+                               disk_size=disk_size)
 
 
 class TestFilesystem(FilesystemCase):

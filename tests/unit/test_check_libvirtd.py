@@ -24,13 +24,12 @@ import re
 import shutil
 import subprocess
 
-import fixtures
 from oslo_utils import units
-from oslotest import base
+from oslotest import base as oslo_base
 
 from prealloc_backend.checks import libvirtd
 from prealloc_backend import policy
-from tests import fixtures as pb_fixtures
+from tests import base
 
 # /etc/libvirt/qemu.conf of Debian 12's libvirt-daemon-system 9.0.0
 # (lines 511-533): every setting commented out, libvirt's defaults apply.
@@ -61,7 +60,7 @@ DEBIAN_OWNERSHIP = '''\
 '''
 
 
-class TestParseConf(base.BaseTestCase):
+class TestParseConf(oslo_base.BaseTestCase):
 
     def test_all_commented(self):
         self.assertEqual({}, libvirtd.parse_conf(DEBIAN_OWNERSHIP))
@@ -105,13 +104,10 @@ class TestParseConf(base.BaseTestCase):
         self.assertEqual(names, set(values))
 
 
-class LibvirtCase(base.BaseTestCase):
+class LibvirtCase(base.CheckTestCase):
 
     def setUp(self):
         super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.instances = os.path.join(self.tmp, 'instances')
-        os.mkdir(self.instances)
         self.qemu_conf = os.path.join(self.tmp, 'qemu.conf')
 
     def host(self, qemu_conf_text=None, mode='space', disk_size=64 * units.Mi,
@@ -119,14 +115,9 @@ class LibvirtCase(base.BaseTestCase):
         if qemu_conf_text is not None:
             with open(self.qemu_conf, 'w') as f:
                 f.write(qemu_conf_text)
-        path = os.path.join(self.tmp, 'nova.conf')
-        sections = pb_fixtures.check_sections(path, self.instances, mode=mode,
-                                              **options)
-        if images_type:
-            sections['libvirt'] = {'images_type': images_type}
-        return self.useFixture(pb_fixtures.CheckHost(
-            path, sections, disk_size=disk_size,
-            qemu_conf=self.qemu_conf)).host
+        return self.check_host(
+            self.nova_conf(images_type, mode=mode, **options),
+            disk_size=disk_size, qemu_conf=self.qemu_conf)
 
 
 class TestOwnership(LibvirtCase):

@@ -15,19 +15,20 @@
 The helper commands are real executables (this venv's privsep-helper, a
 script whose Python lacks the plugin); the root-helper case builds the
 command line oslo.privsep would run and matches it with oslo.rootwrap's own
-code against the plugin's shipped filter file.
+code against the plugin's shipped filter file. The cases where the
+helper's Python imports the plugin (a child process importing nova) are in
+tests/integration/test_check_privsep.py.
 """
 
 import os
 import shutil
 import sys
 
-import fixtures
 from oslo_privsep import priv_context
-from oslotest import base
 
 from prealloc_backend.checks import privsep
 from prealloc_backend.checks import result
+from tests import base
 from tests import fixtures as pb_fixtures
 
 BIN = os.path.dirname(sys.executable)
@@ -36,16 +37,11 @@ FILTERS = os.path.join(os.path.dirname(__file__), '..', '..', 'etc',
                        'rootwrap.d', 'prealloc_backend.filters')
 
 
-class PrivsepCase(base.BaseTestCase):
+class PrivsepCase(base.CheckTestCase):
 
     def setUp(self):
         super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.instances = os.path.join(self.tmp, 'instances')
-        os.mkdir(self.instances)
-        self.conf_path = os.path.join(self.tmp, 'nova.conf')
-        self.sections = pb_fixtures.check_sections(self.conf_path,
-                                                   self.instances)
+        self.sections = self.nova_conf()
 
     def check(self, helper_command=None, mode='space'):
         self.sections['prealloc_backend']['mode'] = mode
@@ -54,34 +50,10 @@ class PrivsepCase(base.BaseTestCase):
         else:
             self.sections['prealloc_backend_privsep']['helper_command'] = (
                 helper_command)
-        host = self.useFixture(pb_fixtures.CheckHost(
-            self.conf_path, self.sections)).host
-        return privsep.check_privsep(host)
+        return privsep.check_privsep(self.check_host(self.sections))
 
 
 class TestHelperCommand(PrivsepCase):
-
-    def test_healthy(self):
-        res = self.check('%s --config-file %s' % (PRIVSEP_HELPER,
-                                                  self.conf_path))
-        self.assertEqual(result.Code.SUCCESS, res.code, res.details)
-        self.assertEqual('helper_command', res.facts['method'])
-        self.assertEqual(self.instances, res.facts['helper_instances_path'])
-        self.assertEqual(PRIVSEP_HELPER, res.facts['privsep_helper'])
-        self.assertEqual([sys.executable], res.facts['python'])
-        self.assertIn('imports the plugin', res.details)
-
-    def test_helper_without_nova_conf(self):
-        res = self.check(PRIVSEP_HELPER)
-        self.assertEqual(result.Code.FAILURE, res.code)
-        self.assertIn('not %s' % self.instances, res.details)
-        self.assertIn('refuses every disk', res.details)
-        self.assertIn('--config-file', res.fix)
-        self.assertEqual([], res.facts['helper_config_files'])
-        # nova's default: $state_path/instances.
-        self.assertNotEqual(self.instances, res.facts['helper_instances_path'])
-        self.assertEqual('instances', os.path.basename(
-            res.facts['helper_instances_path']))
 
     def test_not_an_executable(self):
         missing = os.path.join(self.tmp, 'no-such-helper')
@@ -118,7 +90,8 @@ class TestHelperCommand(PrivsepCase):
         self.assertIn('Install prealloc_backend', res.fix)
 
 
-class TestRootHelper(PrivsepCase):
+class RootHelperCase(PrivsepCase):
+    """nova-compute's root helper (sudo nova-rootwrap) and its filters."""
 
     def setUp(self):
         super().setUp()
@@ -135,30 +108,8 @@ class TestRootHelper(PrivsepCase):
         pb_fixtures.write_conf(self.rootwrap_conf, {'DEFAULT': {
             'filters_path': self.filters_dir, 'exec_dirs': exec_dirs}})
 
-    def test_command_line_matched_against_the_filters(self):
-        self.write_rootwrap(BIN)
-        res = self.check(mode='none')
-        facts = res.facts
-        self.assertEqual('root_helper', facts['method'])
-        # Exactly what oslo.privsep runs for nova-compute.
-        self.assertEqual(
-            ['sudo', 'nova-rootwrap', self.rootwrap_conf, 'privsep-helper',
-             '--config-file', self.conf_path,
-             '--privsep_context', 'prealloc_backend.privsep.ctx',
-             '--privsep_sock_path'], facts['command'][:-1])
-        self.assertEqual([os.path.join(self.filters_dir,
-                                       'prealloc_backend.filters')],
-                         facts['filter_files'])
-        # The plugin's filter only allows configuration files under /etc:
-        # oslo.rootwrap's own privsep-helper rule lets this one through.
-        self.assertEqual('privsep-helper', facts['filter'])
-        self.assertIn("oslo.rootwrap's built-in rule", res.details)
-        self.assertEqual(PRIVSEP_HELPER, facts['privsep_helper'])
-        if shutil.which('sudo') and shutil.which('nova-rootwrap'):
-            self.assertEqual(result.Code.SUCCESS, res.code, res.details)
-        else:
-            self.assertEqual(result.Code.WARNING, res.code)
-            self.assertIn('helper_command', res.fix)
+
+class TestRootHelper(RootHelperCase):
 
     def test_privsep_helper_outside_exec_dirs(self):
         self.write_rootwrap(self.filters_dir)

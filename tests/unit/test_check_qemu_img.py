@@ -23,27 +23,17 @@ import re
 import subprocess
 
 import fixtures
-from oslotest import base
 
 from prealloc_backend.checks import qemu_img
 from prealloc_backend.checks import result
-from tests import fixtures as pb_fixtures
+from tests import base
 
 
-class TestQemuImg(base.BaseTestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.instances = os.path.join(self.tmp, 'instances')
-        os.mkdir(self.instances)
+class TestQemuImg(base.CheckTestCase):
 
     def check(self, **options):
-        path = os.path.join(self.tmp, 'nova.conf')
-        sections = pb_fixtures.check_sections(path, self.instances,
-                                              **options)
-        host = self.useFixture(pb_fixtures.CheckHost(path, sections)).host
-        return qemu_img.check_qemu_img(host)
+        return qemu_img.check_qemu_img(self.check_host(
+            self.nova_conf(**options)))
 
     def test_space(self):
         res = self.check()

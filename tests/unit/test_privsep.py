@@ -23,7 +23,8 @@ openat2(2) and once with its component-by-component fallback.
 
 No root needed here: the real daemon, device nodes, loop filesystems and
 attacker users are in tests/privileged (test_privsep_daemon.py,
-test_boundary_attacks.py).
+test_boundary_attacks.py); the context's capabilities as a fresh process
+reads them are in tests/integration/test_privsep.py.
 """
 
 import errno
@@ -33,11 +34,9 @@ import pathlib
 import socket
 import stat
 import subprocess
-import sys
 import time
 
 import fixtures
-from oslo_privsep import capabilities
 from oslo_utils import units
 
 from prealloc_backend import exception
@@ -579,23 +578,6 @@ class SizeRefusalTestCase(BoundaryTestCase):
 
 
 class CapabilitiesTestCase(base.TestCase):
-
-    def test_exactly_dac_override(self):
-        # NOTE: the daemon opens disks that libvirt may have chown'ed to the
-        # qemu user (mode 0600): CAP_DAC_OVERRIDE and nothing else. The
-        # context stores it as the default of its section's option, which
-        # is what a fresh process (the daemon) reads; this test process's
-        # configuration fixtures reset option defaults, so ask a fresh one.
-        out = subprocess.run(
-            [sys.executable, '-c',
-             'from oslo_config import cfg\n'
-             'import prealloc_backend.privsep as p\n'
-             'print(p.ctx.cfg_section, '
-             'cfg.CONF[p.ctx.cfg_section].capabilities)'],
-            env=dict(os.environ, OS_NOVA_DISABLE_EVENTLET_PATCHING='true'),
-            capture_output=True, text=True, check=True).stdout.split()
-        self.assertEqual(['prealloc_backend_privsep',
-                          '[%d]' % capabilities.CAP_DAC_OVERRIDE], out)
 
     def test_entrypoints_are_this_context_only(self):
         ctx = prealloc_backend.privsep.ctx
