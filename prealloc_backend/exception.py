@@ -17,6 +17,17 @@ the operator reading a fault or a log line knows what to change. The classes
 derive from nova's NovaException so that nova records them as instance
 faults like its own; they rebuild from their message alone, which is how
 oslo.privsep re-raises an error of the privileged daemon in nova-compute.
+
+Every error that reaches nova, an operator or the API is defined here. A
+few internal signals stay beside the code that raises and catches them, on
+purpose: ``fileops.SizeChanged`` and ``privsep.beneath.Unusable`` live in
+syscall-only modules that import nothing from nova (the daemon's smallest
+surface) and are turned into the classes below by ``privsep/fs.py``; the
+operator command's argument and file-parsing errors
+(``cmd/check.ConfigLoadError``, ``SizeError``, ``checks/libvirtd.
+ConfSyntaxError``) and the benchmark's (``bench/tools.ToolError``,
+``TooShort``, ``bench/guest.GuestError``) end in a check result or a report
+line, never in nova.
 """
 
 from nova import exception as nova_exception
