@@ -206,7 +206,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         instance_dir = (libvirt_utils.get_instance_path(instance)
                         if evacuating else None)
         # Non-shared storage: this spawn makes the instance directory.
-        new_dir = evacuating and not os.path.exists(instance_dir)
+        new_dir = evacuating and _missing(instance_dir)
         try:
             return super().spawn(
                 context, instance, image_meta, injected_files,
@@ -229,6 +229,12 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 # spawn made here goes (the backend already removed the
                 # disk it could not make); a directory that was here
                 # before (shared storage: the source's disks) stays.
+                # NOTE: nova has already bound the server's ports and
+                # volume attachments to this host by the time spawn runs
+                # (_do_rebuild_instance); nova's own
+                # ComputeResourcesUnavailable branch does not undo that.
+                # They stay bound here until the next evacuation binds
+                # them to its destination (README, "Migrations").
                 if new_dir:
                     LOG.warning('Evacuation refused: removing %s',
                                 instance_dir, instance=instance)
@@ -287,7 +293,11 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         # check_source_migrate_data_at_dest could only estimate from the
         # flavor), then makes the raw files through its backend (nova's own
         # create_image, then allocated as planned); nova's loop below skips
-        # them as existing. Hard reboot (the other caller) is nova's.
+        # them as existing. A standalone qcow2 disk stays nova's (thin).
+        # In mode full the zero-fill runs inside pre_live_migration: the
+        # source waits for it up to [DEFAULT] long_rpc_timeout, then rolls
+        # back; the fill itself is bounded by [prealloc_backend]
+        # allocation_timeout. Hard reboot (the other caller) is nova's.
         if (_loaded(instance, 'task_state') != task_states.MIGRATING or
                 not disk_info):
             return super()._create_images_and_backing(
@@ -355,13 +365,19 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                                            backing=has_backing,
                                            directory=directory)
                      for path, fmt, size, has_backing in disks]
+            free = fsprobe.free_bytes(directory)
         except exception.PreallocError as exc:
             raise nova_exception.MigrationPreCheckError(
                 reason=exc.format_message()) from exc
+        except OSError as exc:
+            # A refusal, never an error: any other exception here would
+            # put the instance in ERROR (nova's conductor).
+            raise nova_exception.MigrationPreCheckError(
+                reason='cannot check the room for the instance\'s disks in '
+                       '%s: %s' % (directory, exc)) from exc
         needed = sum(plan.to_allocate for plan in plans)
         if not needed:
             return
-        free = fsprobe.free_bytes(directory)
         figures = {'host': CONF.host, 'mode': plans[0].mode.value,
                    'needed': needed, 'free': free, 'dir': directory,
                    'disks': len(plans)}
@@ -391,7 +407,9 @@ def _missing_disks(instance_dir, disk_info):
     disks (nova's disk_info) that this host must make, in the format it
     makes them: a disk with a backing file through this host's backend
     (an overlay where disks are qcow2, a raw copy of the base where they
-    are raw), one without in the source's format (nova's create_image).
+    are raw), a raw one without (nova's create_image, then the plugin's
+    allocation). Standalone qcow2 disks are left out: nova makes them thin
+    and the plugin does not allocate them, so they need no room.
     """
     disks = []
     for info in disk_info:
@@ -402,12 +420,29 @@ def _missing_disks(instance_dir, disk_info):
         if has_backing:
             fmt = (policy.DiskFormat.QCOW2 if _overlay_images_type() else
                    policy.DiskFormat.RAW)
-        elif info.get('type') in ('raw', 'qcow2'):
-            fmt = policy.DiskFormat(info['type'])
+        elif info.get('type') == 'raw':
+            fmt = policy.DiskFormat.RAW
         else:
+            # A standalone qcow2 (or other) disk: nova makes it with its
+            # own create_image, thin, and the plugin does not allocate it:
+            # not counted either.
             continue
         disks.append((path, fmt, int(info['virt_disk_size']), has_backing))
     return disks
+
+
+def _missing(path):
+    """True only when ``path`` does not exist (not on any other error:
+    an instance directory on shared storage that cannot be stat'ed for a
+    moment is not 'new', and must never be removed as such).
+    """
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _loaded(instance, name):

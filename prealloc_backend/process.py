@@ -49,6 +49,7 @@ does its work with system calls only.
 import subprocess
 
 from oslo_concurrency import processutils
+from oslo_log import log as logging
 
 from prealloc_backend import exception
 
@@ -56,7 +57,11 @@ from prealloc_backend import exception
 # (seconds), address_space (bytes), ... (oslo.concurrency's ProcessLimits).
 Limits = processutils.ProcessLimits
 
+LOG = logging.getLogger(__name__)
+
 C_LOCALE = ('env', 'LC_ALL=C', 'LANG=C')
+# Seconds to wait for a killed process to be reaped.
+KILL_WAIT = 10
 
 
 def execute(*cmd, timeout=None, limits=None, stdin=None, cwd=None,
@@ -115,7 +120,16 @@ def _kill(started):
     for proc in started:
         if proc.poll() is None:
             proc.kill()
-        proc.wait()
+        try:
+            # Bounded: a process stuck in the kernel (D state, a failing
+            # disk) must not hold its caller forever.
+            proc.wait(timeout=KILL_WAIT)
+        except Exception as exc:
+            if not _is_timeout(exc):
+                raise
+            LOG.warning('%(pid)d still alive %(wait)d s after SIGKILL '
+                        '(uninterruptible?); not waiting longer',
+                        {'pid': proc.pid, 'wait': KILL_WAIT})
         # Not read: a grandchild of the command may hold the pipes open.
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe:

@@ -20,6 +20,7 @@ info / map / compare.
 """
 
 import json
+import logging
 import os
 import subprocess
 
@@ -451,3 +452,45 @@ class TestFormatAwareGrowth(base.BackendTestCase):
         self.assertEqual(base.DISK, info['virtual-size'])
         with open(img.path, 'rb') as f:
             self.assertEqual(before, f.read(base.BASE))
+
+
+class TestThinCopiedZeros(base.BackendTestCase):
+    """A metadata disk that arrived fully written (scp): holes punched
+    where it reads zeros, and a failure to punch never fails the move.
+    """
+
+    def _written(self):
+        path = os.path.join(self.instances_path, 'disk')
+        with open(path, 'wb') as f:
+            f.write(b'\0' * (4 * units.Mi))
+            f.write(b'\1' * units.Mi)
+            os.fsync(f.fileno())
+        return path, backend.Qcow2(path=path)
+
+    def test_zeros_become_holes_data_stays(self):
+        path, image = self._written()
+        image._thin_copied_zeros()
+        self.assertLessEqual(pb_fixtures.allocated(path), 2 * units.Mi)
+        with open(path, 'rb') as f:
+            self.assertEqual(b'\0' * (4 * units.Mi), f.read(4 * units.Mi))
+            self.assertEqual(b'\1' * units.Mi, f.read())
+
+    def test_failed_punch_leaves_the_disk_and_warns(self):
+        # A real failing command, not a mock: a 'fallocate' first on PATH
+        # that refuses, as util-linux's does where the filesystem cannot
+        # punch holes (EOPNOTSUPP).
+        bindir = self.useFixture(fixtures.TempDir()).path
+        fake = os.path.join(bindir, 'fallocate')
+        with open(fake, 'w') as f:
+            f.write('#!/bin/sh\necho "fallocate: Operation not supported"'
+                    ' >&2\nexit 1\n')
+        os.chmod(fake, 0o755)
+        self.useFixture(fixtures.EnvironmentVariable(
+            'PATH', bindir + os.pathsep + os.environ['PATH']))
+        logs = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        path, image = self._written()
+        before = pb_fixtures.allocated(path)
+        image._thin_copied_zeros()  # no exception
+        self.assertEqual(before, pb_fixtures.allocated(path))
+        self.assertIn('left as it is', logs.output)
+        self.assertIn('Operation not supported', logs.output)

@@ -17,6 +17,7 @@ fresh Python each: tests/integration/test_driver.py.
 """
 
 import inspect
+import os
 
 import fixtures
 from nova import exception as nova_exception
@@ -24,10 +25,12 @@ from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.virt import driver as nova_driver
 from nova.virt import fake as fake_virt
 from nova.virt.libvirt import driver as libvirt_driver
+from oslo_utils import units
 
 from prealloc_backend import backend
 from prealloc_backend import driver
 from prealloc_backend import exception
+from prealloc_backend import policy
 from tests import base
 
 
@@ -151,3 +154,43 @@ class TestSignatures(base.TestCase):
             self.assertEqual(
                 inspect.signature(getattr(imagebackend.Image, name)),
                 inspect.signature(getattr(backend._PreallocImage, name)))
+
+
+class TestRefusalEdges(base.TestCase):
+    """Review findings of 2026-11-23: a refusal never turns into an error
+    or a removal it should not be.
+    """
+
+    def test_missing_only_when_not_found(self):
+        self.assertTrue(driver._missing(
+            os.path.join(self.instances_path, 'absent')))
+        self.assertFalse(driver._missing(self.instances_path))
+        # A path that cannot be stat'ed for another reason (ENOTDIR here;
+        # ESTALE or EIO on shared storage) is not 'new': never removed.
+        afile = os.path.join(self.instances_path, 'file')
+        open(afile, 'w').close()
+        self.assertFalse(driver._missing(os.path.join(afile, 'below')))
+
+    def test_room_check_that_cannot_stat_refuses(self):
+        # nova's fake libvirt module stands in for libvirt-python.
+        self.useFixture(fakelibvirt.LibvirtFixture())
+        drv = driver.LibvirtDriver(fake_virt.FakeVirtAPI())
+        self.flags(preallocate_images='space')
+        gone = os.path.join(self.instances_path, 'gone')
+        disk = os.path.join(gone, 'disk')
+        exc = self.assertRaises(
+            nova_exception.MigrationPreCheckError, drv._check_room,
+            self.make_instance(), [(disk, policy.DiskFormat.RAW,
+                                    units.Mi, False)], gone)
+        self.assertIn(gone, exc.format_message())
+
+    def test_standalone_qcow2_needs_no_room(self):
+        disk_info = [
+            {'path': '/src/i/disk', 'type': 'qcow2', 'backing_file': '',
+             'virt_disk_size': units.Gi},
+            {'path': '/src/i/disk.local', 'type': 'raw', 'backing_file': '',
+             'virt_disk_size': units.Mi}]
+        disks = driver._missing_disks(self.instances_path, disk_info)
+        self.assertEqual(
+            [(os.path.join(self.instances_path, 'disk.local'),
+              policy.DiskFormat.RAW, units.Mi, False)], disks)
