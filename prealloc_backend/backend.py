@@ -100,6 +100,22 @@ def _extra_specs(instance):
         return {}
 
 
+def _make_plan(extra_specs, path, fmt, virtual_size, existing=None,
+               backing=True, directory=None):
+    """(DiskPlan, filesystem facts or None) of a disk at ``path``: the one
+    place the backend asks policy.make_plan, probing the filesystem of
+    ``directory`` (default: the disk's) unless the mode is none.
+    """
+    mode = policy.disk_mode(extra_specs, modes.host_mode(CONF))
+    fs = None
+    if mode is not modes.Mode.NONE:
+        fs = fsprobe.facts(directory or os.path.dirname(path))
+    plan = policy.make_plan(CONF.prealloc_backend, extra_specs, mode, fmt,
+                            virtual_size, fs, backing=backing,
+                            existing=existing, path=path)
+    return plan, fs
+
+
 def plan_new_disk(instance, path, fmt, virtual_size, backing=True,
                   directory=None):
     """The DiskPlan of a new disk this host would make at ``path`` (what
@@ -108,13 +124,9 @@ def plan_new_disk(instance, path, fmt, virtual_size, backing=True,
     destination makes before anything moves; ``directory`` names the
     filesystem to probe while the disk's own directory does not exist yet.
     """
-    extra_specs = _extra_specs(instance)
-    mode = policy.disk_mode(extra_specs, modes.host_mode(CONF))
-    fs = None
-    if mode is not modes.Mode.NONE:
-        fs = fsprobe.facts(directory or os.path.dirname(path))
-    return policy.make_plan(CONF.prealloc_backend, extra_specs, mode, fmt,
-                            virtual_size, fs, backing=backing, path=path)
+    plan, _fs = _make_plan(_extra_specs(instance), path, fmt, virtual_size,
+                           backing=backing, directory=directory)
+    return plan
 
 
 def _flushed(fetch_func):
@@ -169,13 +181,9 @@ class _PreallocImage:
         """The disk plan of this operation (the flavor read once per
         cache() call); probes the filesystem unless the mode is none.
         """
-        mode = self.prealloc_mode
-        fs = None
-        if mode is not modes.Mode.NONE:
-            fs = fsprobe.facts(os.path.dirname(self.path))
-        plan = policy.make_plan(self._opts, self._extra_specs(), mode, fmt,
-                                virtual_size, fs, backing=backing,
-                                existing=existing, path=self.path)
+        plan, fs = _make_plan(self._extra_specs(), self.path, fmt,
+                              virtual_size, existing=existing,
+                              backing=backing)
         if plan.warning:
             LOG.warning('%(path)s: %(warning)s',
                         {'path': self.path, 'warning': plan.warning})
