@@ -294,6 +294,12 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         # flavor), then makes the raw files through its backend (nova's own
         # create_image, then allocated as planned); nova's loop below skips
         # them as existing. A standalone qcow2 disk stays nova's (thin).
+        # A qcow2 overlay arriving on a raw host (use_cow_images = False or
+        # images_type = raw) is made as a qcow2 overlay through the
+        # plugin's Qcow2, by this host's mode: nova would make a raw copy
+        # of the base there (its Flat), which the migrated guest, whose
+        # domain XML still says qcow2, cannot open, and the migration
+        # fails (stock nova 34 too).
         # In mode full the zero-fill runs inside pre_live_migration: the
         # source waits for it up to [DEFAULT] long_rpc_timeout, then rolls
         # back; the fill itself is bounded by [prealloc_backend]
@@ -306,9 +312,17 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         with _DiskEvent(context, instance):
             disks = _missing_disks(instance_dir, disk_info)
             self._check_room(instance, disks, instance_dir)
+            backing_files = {
+                os.path.join(instance_dir, os.path.basename(info['path'])):
+                info.get('backing_file') for info in disk_info}
             for path, fmt, size, backing in disks:
                 if fmt is policy.DiskFormat.RAW and not backing:
                     self._create_raw_disk(instance, path, size)
+                elif (fmt is policy.DiskFormat.QCOW2 and backing and
+                      not _overlay_images_type()):
+                    self._create_overlay(context, instance, path, size,
+                                         backing_files[path],
+                                         fallback_from_host)
             return super()._create_images_and_backing(
                 context, instance, instance_dir, disk_info,
                 fallback_from_host=fallback_from_host)
@@ -328,6 +342,31 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         # the name of a lock (and of a _base file it never makes here).
         image.cache(fetch_func=make, filename='prealloc-live-migration',
                     size=size)
+
+    def _create_overlay(self, context, instance, path, size, backing_file,
+                        fallback_from_host):
+        """A qcow2 overlay at ``path`` on its base, as nova's
+        _create_images_and_backing makes one (the same three kinds of
+        base), but through the qcow2 backend whatever this host's default
+        is. nova's loop then finds the disk made.
+        """
+        disk = self.image_backend.by_name(instance, path, 'qcow2')
+        cache_name = os.path.basename(backing_file)
+        if cache_name.startswith('ephemeral'):
+            disk.cache(fetch_func=self._create_ephemeral,
+                       fs_label=self._get_fs_label_ephemeral(0),
+                       os_type=instance.os_type, filename=cache_name,
+                       size=size, ephemeral_size=size / units.Gi, safe=True)
+        elif cache_name.startswith('swap'):
+            swap_mb = instance.get_flavor().swap
+            disk.cache(fetch_func=self._create_swap,
+                       filename='swap_%s' % swap_mb, size=swap_mb * units.Mi,
+                       swap_mb=swap_mb, safe=True)
+        else:
+            self._try_fetch_image_cache(disk, libvirt_utils.fetch_image,
+                                        context, cache_name,
+                                        instance.image_ref, instance, size,
+                                        fallback_from_host)
 
     def _flavor_disks(self, context, instance, instance_dir):
         """The local disks a block live migration would make here, sized
@@ -418,8 +457,11 @@ def _missing_disks(instance_dir, disk_info):
             continue
         has_backing = bool(info.get('backing_file'))
         if has_backing:
-            fmt = (policy.DiskFormat.QCOW2 if _overlay_images_type() else
-                   policy.DiskFormat.RAW)
+            # An overlay stays one (the guest's XML says qcow2), whatever
+            # this host makes for new instances.
+            fmt = (policy.DiskFormat.QCOW2
+                   if _overlay_images_type() or info.get('type') == 'qcow2'
+                   else policy.DiskFormat.RAW)
         elif info.get('type') == 'raw':
             fmt = policy.DiskFormat.RAW
         else:

@@ -44,9 +44,10 @@ class _LiveMigrateBase(test_migrate._MigrateMixin,
                        multihost.MultiHostTestBase):
 
     def _hosts(self, fmt, mode, dest_mode=None, dest_fmt=None,
-               stock_source=False, **kwargs):
+               stock_source=False, stock_dest=False, **kwargs):
         self.add_host('src', fmt, mode, stock=stock_source, **kwargs)
-        self.add_host('dst', dest_fmt or fmt, dest_mode or mode, **kwargs)
+        self.add_host('dst', dest_fmt or fmt, dest_mode or mode,
+                      stock=stock_dest, **kwargs)
 
     def _source_state(self, server):
         st = os.stat(self.host_disk('src', server))
@@ -125,6 +126,30 @@ class TestBlockLiveMigrate(_LiveMigrateBase):
 
     def test_qcow2_space(self):
         self._test('qcow2', 'space')
+
+    def test_qcow2_host_to_raw_host(self):
+        self._test('qcow2', 'space', dest_host_fmt='raw')
+
+    def _test_to_stock(self, fmt):
+        # A plugin host to one without it (a rolling upgrade, or a
+        # rollback): nova's own pre_live_migration makes the destination's
+        # disk, thin, as stock nova does; the guest's data arrives whole.
+        self._hosts(fmt, 'space', dest_mode='none', stock_dest=True)
+        server = self._boot('src', fmt)
+        self.assertDisk('src', server, fmt, 'space', units.Gi)
+        server = self.live_migrate(server, 'dst')
+        self.assertEqual('dst', self.server_host(server))
+        self.assertDisk('dst', server, fmt, 'none', units.Gi)
+        self.assertNothingLeft(server, 'src')
+        # Only a plugin host records the preallocation event.
+        self.assertNotIn('compute_prealloc_disks',
+                         self.action_events(server, 'live-migration'))
+
+    def test_plugin_to_stock_raw(self):
+        self._test_to_stock('raw')
+
+    def test_plugin_to_stock_qcow2(self):
+        self._test_to_stock('qcow2')
 
     def test_qcow2_none(self):
         self._test('qcow2', 'none')

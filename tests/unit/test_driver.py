@@ -194,3 +194,20 @@ class TestRefusalEdges(base.TestCase):
         self.assertEqual(
             [(os.path.join(self.instances_path, 'disk.local'),
               policy.DiskFormat.RAW, units.Mi, False)], disks)
+
+    def test_an_overlay_stays_qcow2_on_a_raw_host(self):
+        # A qcow2 overlay block-migrated to a raw host is made (and its
+        # room counted) as an overlay: the guest's XML says qcow2.
+        self.flags(use_cow_images=False)
+        disk_info = [
+            {'path': '/src/i/disk', 'type': 'qcow2',
+             'backing_file': '/src/_base/abc', 'virt_disk_size': units.Gi},
+            {'path': '/src/i/disk.local', 'type': 'raw',
+             'backing_file': '/src/_base/ephemeral_1_0706d66',
+             'virt_disk_size': units.Mi}]
+        disks = driver._missing_disks(self.instances_path, disk_info)
+        self.assertEqual(
+            [(os.path.join(self.instances_path, 'disk'),
+              policy.DiskFormat.QCOW2, units.Gi, True),
+             (os.path.join(self.instances_path, 'disk.local'),
+              policy.DiskFormat.RAW, units.Mi, True)], disks)
