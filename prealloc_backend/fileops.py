@@ -190,7 +190,9 @@ class SizeChanged(Exception):
 
     Not raised for a truncate landing between the size check before a
     write and that write, below a run ending at EOF: the write grows the
-    file back to its old size unseen (README, "The privileged daemon").
+    file back to its old size unseen (README, "The privileged daemon");
+    below a run ending before EOF the write grows it to the run's end, and
+    the check after it raises this.
     """
 
     def __init__(self, before, after, written):
