@@ -295,7 +295,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         # create_image, then allocated as planned); nova's loop below skips
         # them as existing. A standalone qcow2 disk stays nova's (thin).
         # A qcow2 overlay arriving on a raw host (use_cow_images = False or
-        # images_type = raw) is made as a qcow2 overlay through the
+        # images_type = raw; LVM, RBD and ploop hosts keep nova's
+        # behaviour) is made as a qcow2 overlay through the
         # plugin's Qcow2, by this host's mode: nova would make a raw copy
         # of the base there (its Flat), which the migrated guest, whose
         # domain XML still says qcow2, cannot open, and the migration
@@ -319,7 +320,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 if fmt is policy.DiskFormat.RAW and not backing:
                     self._create_raw_disk(instance, path, size)
                 elif (fmt is policy.DiskFormat.QCOW2 and backing and
-                      not _overlay_images_type()):
+                      self.image_backend.backend() is backend.Flat):
                     self._create_overlay(context, instance, path, size,
                                          backing_files[path],
                                          fallback_from_host)
@@ -444,11 +445,12 @@ def _shares_instance_disks(migrate_data):
 def _missing_disks(instance_dir, disk_info):
     """(path, DiskFormat, virtual size, has a backing file) of the source's
     disks (nova's disk_info) that this host must make, in the format it
-    makes them: a disk with a backing file through this host's backend
-    (an overlay where disks are qcow2, a raw copy of the base where they
-    are raw), a raw one without (nova's create_image, then the plugin's
-    allocation). Standalone qcow2 disks are left out: nova makes them thin
-    and the plugin does not allocate them, so they need no room.
+    makes them: a disk with a backing file as an overlay where disks are
+    qcow2 or where the source's disk is a qcow2 overlay (its XML says
+    qcow2), else as a raw copy of the base; a raw one without (nova's
+    create_image, then the plugin's allocation). Standalone qcow2 disks
+    are left out: nova makes them thin and the plugin does not allocate
+    them, so they need no room.
     """
     disks = []
     for info in disk_info:

@@ -383,7 +383,12 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
                 LOG.warning('guest of %s stalled before /init; resetting '
                             'it once. console:\n%s', server['id'],
                             console[-3000:])
-                self.domain(server).reset(0)
+                try:
+                    self.domain(server).reset(0)
+                except libvirt.libvirtError as exc:
+                    self.fail('no %r report: the guest stalled before '
+                              '/init and could not be reset (%s); '
+                              'console:\n%s' % (kind, exc, console[-3000:]))
                 continue
             self.fail('no %r report from the guest within %d s; '
                       'console:\n%s' % (kind, timeout, console[-3000:]))
