@@ -66,6 +66,8 @@ _load_compute_driver = nova_virt_driver.load_compute_driver
 # The plugin's modes this tier runs nova's tests in: nova's two values of
 # [DEFAULT] preallocate_images.
 MODES = ('none', 'space')
+# Polls (0.5 s apart) of nova's state and migration waits here: 60 s.
+WAIT_POLLS = 120
 ALL_MODES = MODES
 
 IMAGE_CLASSES = {
@@ -160,6 +162,36 @@ class PluginInPlaceMixin:
             # Registered once nova's setUp passed (a test that skips in its
             # setUp starts nothing), run after the test.
             self.addCleanup(self._check_plugin_drivers, in_place)
+
+    # NOTE: nova's waits poll 10 times, 0.5 s apart (5 s), sized for
+    # nova's CI workers; a 2-vCPU machine running two test workers can
+    # take longer to reach a state. Only the default is raised (a wait a
+    # test sized itself keeps its own), and only how long to wait: what
+    # is waited for and asserted stays nova's.
+    def _wait_for_server_parameter(self, server, expected_params,
+                                   max_retries=None, **kwargs):
+        return super()._wait_for_server_parameter(
+            server, expected_params,
+            max_retries=WAIT_POLLS if max_retries is None else max_retries,
+            **kwargs)
+
+    def _wait_for_state_change(self, server, expected_status,
+                               max_retries=None, **kwargs):
+        # nova's passes its own default (10) on to the method above.
+        return super()._wait_for_state_change(
+            server, expected_status,
+            max_retries=WAIT_POLLS if max_retries is None else max_retries,
+            **kwargs)
+
+    def _wait_for_migration_status(self, server, expected_statuses):
+        # nova's has no retry count: up to WAIT_POLLS / 10 of its waits.
+        for _ in range(WAIT_POLLS // 10 - 1):
+            try:
+                return super()._wait_for_migration_status(
+                    server, expected_statuses)
+            except self.failureException:
+                continue
+        return super()._wait_for_migration_status(server, expected_statuses)
 
     def _check_plugin_drivers(self, in_place):
         """Meta-check: the test started compute services, and each one ran

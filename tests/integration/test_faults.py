@@ -102,6 +102,24 @@ class KilledTestCase(base.FaultBase):
         proc.wait()
         proc.stdout.close()
 
+    @staticmethod
+    def _freeze_at(predicate, what, proc=None, pid=None):
+        """Wait until ``predicate()``, then stop (SIGSTOP) the child's
+        process group, or ``pid``, in the same step: the tool is caught
+        where the predicate saw it, however long this process is then kept
+        off the CPU before it kills it (a copy at 3 GB/s outruns a
+        preempted poll). SIGKILL ends a stopped process as any other.
+        """
+        def seen():
+            value = predicate()
+            if value:
+                if pid is None:
+                    os.killpg(proc.pid, signal.SIGSTOP)
+                else:
+                    os.kill(pid, signal.SIGSTOP)
+            return value
+        return pb_fixtures.wait_until(seen, what, proc)
+
     def _kill_child(self, proc):
         # NOTE: the whole process group, as systemd would stop
         # nova-compute: the tool it runs dies with it.
@@ -154,9 +172,9 @@ class KilledTestCase(base.FaultBase):
         instance = self.make_instance()
         disk = self.disk_path(instance)
         proc = self._child(instance, 'raw', 'full', 160 * units.Mi)
-        pb_fixtures.wait_until(lambda: os.path.exists(disk) and
-                               os.path.getsize(disk) > 4 * units.Mi,
-                               'the copy', proc)
+        self._freeze_at(lambda: os.path.exists(disk) and
+                        os.path.getsize(disk) > 4 * units.Mi,
+                        'the copy', proc)
         self._kill_child(proc)
         partial = os.path.getsize(disk)
         self.assertLess(partial, 128 * units.Mi, 'not killed part-way')
@@ -170,10 +188,10 @@ class KilledTestCase(base.FaultBase):
         disk = self.disk_path(instance)
         size = 384 * units.Mi
         proc = self._child(instance, 'raw', 'full', size)
-        pb_fixtures.wait_until(lambda: os.path.exists(disk) and
-                               os.path.getsize(disk) == size and
-                               pb_fixtures.allocated(disk) > 24 * units.Mi,
-                               'the zero-fill', proc)
+        self._freeze_at(lambda: os.path.exists(disk) and
+                        os.path.getsize(disk) == size and
+                        pb_fixtures.allocated(disk) > 24 * units.Mi,
+                        'the zero-fill', proc)
         self._kill_child(proc)
         self.assertLess(pb_fixtures.allocated(disk), size,
                         'not killed part-way')
@@ -181,12 +199,13 @@ class KilledTestCase(base.FaultBase):
         self._assert_recovered(instance, 'raw', 'full', size)
 
     def _qemu_img_part_way(self, tmp, session=None):
+        """The pid of qemu-img writing ``tmp``, stopped part-way."""
         pid = pb_fixtures.wait_until(
             lambda: pb_fixtures.find_processes('qemu-img', tmp, session),
             'qemu-img')[0]
-        pb_fixtures.wait_until(lambda: os.path.exists(tmp) and
-                               pb_fixtures.allocated(tmp) > 8 * units.Mi,
-                               'qemu-img to write')
+        self._freeze_at(lambda: os.path.exists(tmp) and
+                        pb_fixtures.allocated(tmp) > 8 * units.Mi,
+                        'qemu-img to write', pid=pid)
         return pid
 
     def test_nova_compute_killed_during_qemu_img(self):

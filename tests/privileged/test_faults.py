@@ -319,6 +319,10 @@ class TimeoutTestCase(base.FaultBase):
         """qemu-img stopped (storage that makes no progress): the timeout
         kills it and nothing is left.
         """
+        # The watcher must stop qemu-img before the timeout kills it: 3 s,
+        # not 1, for the prlimit wrapper to hand over to qemu-img on a
+        # loaded machine (a stopped qemu-img never finishes anyway).
+        self.flags(group='prealloc_backend', allocation_timeout=3)
         instance = self.make_instance()
         tmp = self.disk_path(instance) + backend.TMP_SUFFIX
         stopped = []
