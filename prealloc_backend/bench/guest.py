@@ -586,24 +586,11 @@ def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
     return ' '.join(words)
 
 
-def parse_console_starts(text):
-    """The boot_id of every boot whose /init started, in console order
-    (parse_console keeps only the last line of each kind).
+def _report_lines(text):
+    """(kind, {key: value}) of each of the guest's report lines, in console
+    order, kind being the word after the mark: start, ready, write, idle,
+    error, ...
     """
-    starts = []
-    for line in text.splitlines():
-        words = line.strip().split()
-        if words[:2] == [CONSOLE_MARK, 'start']:
-            fields = dict(w.split('=', 1) for w in words[2:] if '=' in w)
-            starts.append(fields.get('boot_id'))
-    return starts
-
-
-def parse_console(text):
-    """{kind: {key: value}} of the guest's report lines (last one wins),
-    kind being the word after the mark: ready, write, idle, error, ...
-    """
-    report = {}
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith(CONSOLE_MARK + ' '):
@@ -611,10 +598,21 @@ def parse_console(text):
         words = line[len(CONSOLE_MARK) + 1:].split()
         if not words:
             continue
-        kind = words[0].rstrip(':')
-        fields = dict(w.split('=', 1) for w in words[1:] if '=' in w)
-        report[kind] = fields
-    return report
+        yield (words[0].rstrip(':'),
+               dict(w.split('=', 1) for w in words[1:] if '=' in w))
+
+
+def parse_console_starts(text):
+    """The boot_id of every boot whose /init started, in console order
+    (parse_console keeps only the last line of each kind).
+    """
+    return [fields.get('boot_id') for kind, fields in _report_lines(text)
+            if kind == 'start']
+
+
+def parse_console(text):
+    """{kind: {key: value}} of the guest's report lines (last one wins)."""
+    return dict(_report_lines(text))
 
 
 def write_result(text, accel, runner):
