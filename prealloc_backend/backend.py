@@ -283,8 +283,9 @@ class _PreallocImage:
         what metadata preallocation makes. Only in finish_migration, where
         the copy just happened: it reads the whole file.
         """
-        before = os.stat(self.path).st_blocks * 512
-        if before <= os.stat(self.path).st_size // 2:
+        st = os.stat(self.path)
+        before = st.st_blocks * 512
+        if before <= st.st_size // 2:
             return
         try:
             process.execute('fallocate', '--dig-holes', self.path)
