@@ -404,6 +404,10 @@ class _PreallocImage:
         info = super().libvirt_info(cache_mode, extra_specs,
                                     boot_order=boot_order,
                                     disk_unit=disk_unit)
+        fmt = (policy.DiskFormat.QCOW2 if self.driver_format == 'qcow2'
+               else policy.DiskFormat.RAW)
+        info.driver_discard = policy.guest_discard(
+            mode, fmt, info.driver_discard, self._opts.guest_discard)
         if (mode is modes.Mode.NONE or self.driver_format != 'qcow2' or
                 self._opts.qcow2_l2_cache != 'full-coverage' or
                 not os.path.exists(self.path)):

@@ -78,6 +78,16 @@ L2_CACHE_CHOICES = [
                      "at most 32 MiB of L2 tables per disk)."),
 ]
 
+GUEST_DISCARD_CHOICES = [
+    ('keep', "A guest's TRIM/discard on a disk in mode metadata, space or "
+             "full is ignored by QEMU (the disk's <driver discard='ignore'>):"
+             ' the reserved blocks and the qcow2 layout stay for the '
+             "disk's whole life."),
+    ('reclaim', "nova's [libvirt] hw_disk_discard applies unchanged: with "
+                "'unmap' a guest's TRIM frees the host blocks it covers, "
+                'and the reservation and layout of those ranges are lost.'),
+]
+
 FALLOCATE_UNSUPPORTED_CHOICES = [
     ('warn', 'Log a warning and keep the disk thin (raw) or '
              'metadata-preallocated (qcow2); the instance boots.'),
@@ -206,6 +216,26 @@ on such filesystems the only way to reserve blocks is to write zeros, about
 to get the reservation anyway, or ``fail`` to refuse to run thin. Support is
 probed once per filesystem (device), with a real fallocate(2) call.
 ``full`` always writes zeros and is not affected.
+"""),
+    cfg.StrOpt('guest_discard',
+        choices=GUEST_DISCARD_CHOICES,
+        default='keep',
+        help="""
+What a guest's TRIM (discard) does to a preallocated disk when nova's
+``[libvirt] hw_disk_discard = unmap`` passes guests' discards to QEMU.
+
+With ``unmap``, QEMU turns a discard into a hole in a raw file and, in a
+qcow2 overlay, drops the clusters from the image: the blocks reserved by
+modes ``space`` and ``full`` are freed (the host can then run out of space
+under the guest) and the next write there allocates again, the slow path
+the mode was chosen to avoid. ``keep`` (the default) writes
+``discard='ignore'`` for the disks of modes ``metadata``, ``space`` and
+``full`` (raw disks of mode ``metadata`` have nothing reserved and keep
+nova's value); the guest's TRIM then succeeds and changes nothing on the
+host. ``reclaim`` leaves nova's value: thin reclaim wins over the
+reservation. Disks of mode ``none`` always keep nova's value. Applied to
+the guest XML at every (re)definition, so existing instances change at
+their next hard reboot, resize or migration.
 """),
     cfg.Opt('allocation_timeout',
         type=Integer(min=0),

@@ -167,6 +167,26 @@ def disk_mode(extra_specs, host_mode):
     return modes.flavor_mode(extra_specs, host_mode)
 
 
+def guest_discard(mode, fmt, nova_discard, choice):
+    """The ``<driver discard=...>`` of a disk: ``nova_discard`` (nova's
+    ``[libvirt] hw_disk_discard``, None when unset) unless a guest's
+    discard would free what ``mode`` reserved and ``choice`` (the option
+    ``guest_discard``) is ``keep``: then ``'ignore'``.
+
+    What a discard frees: in a qcow2 disk of mode metadata, space or full,
+    the clusters' place in the image (and for space and full the file's
+    blocks); in a raw disk of mode space or full, the file's blocks. A raw
+    disk of mode metadata is thin and has nothing to lose.
+    """
+    if nova_discard != 'unmap' or choice != 'keep':
+        return nova_discard
+    if fmt is DiskFormat.QCOW2:
+        reserved = mode.preallocates
+    else:
+        reserved = mode in (Mode.SPACE, Mode.FULL)
+    return 'ignore' if reserved else nova_discard
+
+
 def l2_entry_bytes(extended_l2):
     return 16 if extended_l2 else 8
 

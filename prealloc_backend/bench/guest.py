@@ -76,6 +76,7 @@ CONSOLE_MARK = 'PREALLOC-GUEST'
 ACTION_WRITE = 'write'
 ACTION_IDLE = 'idle'
 ACTION_PROBE = 'probe'
+ACTION_TRIM = 'trim'
 ACCEL_KVM = 'kvm'
 ACCEL_TCG = 'tcg'
 RUNNER_QEMU = 'qemu'
@@ -153,6 +154,24 @@ case "$action" in
   t1=$(now_ns)
   echo "$M write mib=$mib rc=$rc start_ns=$t0 end_ns=$t1"
   sed "s/^/$M dd: /" /tmp/dd.err
+  echo "$M done"
+  halt_guest
+  ;;
+@ACTION_TRIM@)
+  off=$(arg prealloc_trim_off_mib 128)
+  len=$(arg prealloc_trim_mib 512)
+  mib=$(arg prealloc_mib 4)
+  md5_mib=$(arg prealloc_md5_mib 1)
+  blkdiscard -o $((off * 1048576)) -l $((len * 1048576)) "/dev/$dev" \
+     2>/tmp/trim.err
+  trc=$?
+  dd if=/dev/zero of="/dev/$dev" bs=1M seek="$off" count="$mib" \
+     oflag=direct conv=fsync 2>/tmp/dd.err
+  wrc=$?
+  md5=$(head -c $((md5_mib * 1048576)) "/dev/$dev" | md5sum | cut -d' ' -f1)
+  echo "$M trim off_mib=$off mib=$len rc=$trc write_mib=$mib" \
+       "write_rc=$wrc md5_mib=$md5_mib md5=$md5"
+  sed "s/^/$M blkdiscard: /" /tmp/trim.err
   echo "$M done"
   halt_guest
   ;;
@@ -501,7 +520,8 @@ def _initramfs_bytes(modules, busybox):
     init = INIT_SCRIPT
     for key, value in (('@MARK@', CONSOLE_MARK),
                        ('@ACTION_WRITE@', ACTION_WRITE),
-                       ('@ACTION_PROBE@', ACTION_PROBE)):
+                       ('@ACTION_PROBE@', ACTION_PROBE),
+                       ('@ACTION_TRIM@', ACTION_TRIM)):
         init = init.replace(key, value)
     cpio = _Cpio()
     for directory in ('bin', 'dev', 'etc', 'lib', 'lib/modules', 'proc',
@@ -570,8 +590,13 @@ def build_guest(cache=None, download=False):
 # -- console --------------------------------------------------------------
 
 def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
-                   console='ttyS0'):
-    """The guest kernel command line for ``action``."""
+                   console='ttyS0', trim_off_mib=128, trim_mib=512):
+    """The guest kernel command line for ``action``.
+
+    ``trim``: discard ``trim_mib`` MiB from ``trim_off_mib`` (blkdiscard),
+    then write ``mib`` MiB of zeros at ``trim_off_mib`` (O_DIRECT), report
+    the md5 of the first ``md5_mib`` MiB and power off.
+    """
     # no_timer_check: under TCG on a busy host the kernel's check that
     # the 8254 timer reaches the IO-APIC can time out ("MP-BIOS bug: 8254
     # timer not connected to IO-APIC") and the boot then hangs in the
@@ -583,6 +608,11 @@ def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
         words.append('prealloc_mib=%d' % int(mib))
     elif action == ACTION_IDLE:
         words.append('prealloc_md5_mib=%d' % int(md5_mib))
+    elif action == ACTION_TRIM:
+        words.extend(['prealloc_mib=%d' % int(mib),
+                      'prealloc_md5_mib=%d' % int(md5_mib),
+                      'prealloc_trim_off_mib=%d' % int(trim_off_mib),
+                      'prealloc_trim_mib=%d' % int(trim_mib)])
     return ' '.join(words)
 
 

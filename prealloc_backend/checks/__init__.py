@@ -25,6 +25,7 @@ one concern, reading the configuration and shared facts from ``host``
 - privsep.py: how nova-compute will start the privileged daemon.
 - libvirtd.py: libvirt's disk ownership settings (qemu.conf); the
   <metadata_cache> the plan writes, and whether libvirt honours it.
+- discard.py: what a guest's TRIM does to the disks of each mode.
 
 CHECKS is their order in the report; cmd/check.py runs them on
 oslo.upgradecheck.
@@ -32,6 +33,7 @@ oslo.upgradecheck.
 
 from prealloc_backend.checks import compute_driver
 from prealloc_backend.checks import config
+from prealloc_backend.checks import discard
 from prealloc_backend.checks import filesystem
 from prealloc_backend.checks import libvirtd
 from prealloc_backend.checks import privsep
@@ -47,4 +49,5 @@ CHECKS = (
     ('Privsep daemon', privsep.check_privsep),
     ('libvirt disk ownership', libvirtd.check_ownership),
     ('libvirt metadata cache', libvirtd.check_metadata_cache),
+    ('Guest discard', discard.check_guest_discard),
 )

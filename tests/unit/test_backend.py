@@ -278,6 +278,49 @@ class TestGuestXML(base.BackendTestCase):
         self.assertIsNone(self.disk_xml(img).find('driver/metadata_cache'))
 
 
+class TestGuestDiscard(base.BackendTestCase):
+    """The <driver discard=...> each disk gets with nova's
+    hw_disk_discard = unmap (what a guest's TRIM does on the host).
+    """
+
+    def discard(self, fmt, mode, **flags):
+        self.flags(hw_disk_discard='unmap', group='libvirt')
+        if flags:
+            self.flags(group='prealloc_backend', **flags)
+        img = self.image(fmt, mode)
+        # One base per format: a raw host copies a qcow2 base as qcow2.
+        self.cache(img, fmt=fmt, filename='base-' + fmt)
+        dev = etree.fromstring(img.libvirt_info('none', {}).to_xml())
+        self.assertEqual(fmt, dev.find('driver').get('type'))
+        return dev.find('driver').get('discard')
+
+    def test_preallocated_disks_ignore_discards(self):
+        for fmt, mode in (('qcow2', 'metadata'), ('qcow2', 'space'),
+                          ('qcow2', 'full'), ('raw', 'space'),
+                          ('raw', 'full')):
+            self.assertEqual('ignore', self.discard(fmt, mode),
+                             '%s %s' % (fmt, mode))
+
+    def test_thin_disks_keep_novas_value(self):
+        for fmt, mode in (('qcow2', 'none'), ('raw', 'none'),
+                          ('raw', 'metadata')):
+            self.assertEqual('unmap', self.discard(fmt, mode),
+                             '%s %s' % (fmt, mode))
+
+    def test_reclaim_keeps_novas_value(self):
+        for fmt in ('qcow2', 'raw'):
+            self.assertEqual('unmap', self.discard(fmt, 'space',
+                                                   guest_discard='reclaim'))
+
+    def test_nova_default_is_left_alone(self):
+        # hw_disk_discard unset: no discard attribute at all (QEMU's
+        # default, 'ignore').
+        img = self.image('qcow2', 'space')
+        self.cache(img, fmt='qcow2')
+        dev = etree.fromstring(img.libvirt_info('none', {}).to_xml())
+        self.assertIsNone(dev.find('driver').get('discard'))
+
+
 class TestFailures(base.BackendTestCase):
 
     def test_not_enough_space_raw(self):

@@ -16,6 +16,8 @@ The real boots run in tests/functional/real (and by hand, with
 ``prealloc-backend bench --guest``); here the workload's own logic.
 """
 
+import gzip
+
 import fixtures
 
 from prealloc_backend.bench import engine
@@ -116,6 +118,22 @@ class ConsoleTestCase(base.TestCase):
                        guest.ACTION_PROBE):
             self.assertIn('no_timer_check',
                           guest.kernel_cmdline(action).split())
+
+    def test_trim_cmdline(self):
+        words = guest.kernel_cmdline(guest.ACTION_TRIM, mib=4,
+                                     trim_off_mib=100, trim_mib=200).split()
+        for word in ('prealloc_action=trim', 'prealloc_mib=4',
+                     'prealloc_md5_mib=1', 'prealloc_trim_off_mib=100',
+                     'prealloc_trim_mib=200'):
+            self.assertIn(word, words)
+
+    def test_every_action_reaches_init(self):
+        # /init's action names are filled in when the initramfs is made.
+        data = gzip.decompress(guest._initramfs_bytes([], '/bin/true'))
+        self.assertNotIn(b'@ACTION_', data)
+        self.assertIn(b'"$action" = probe ]', data)
+        for action in (guest.ACTION_WRITE, guest.ACTION_TRIM):
+            self.assertIn(b'\n%s)\n' % action.encode(), data)
 
     def test_init_announces_its_boot_before_anything_else(self):
         lines = guest.INIT_SCRIPT.splitlines()

@@ -362,6 +362,25 @@ def qemu_measure(size, cluster, extended_l2, preallocation):
     return json.loads(out)
 
 
+class TestGuestDiscard(base.TestCase):
+
+    def test_every_case(self):
+        q, r = DiskFormat.QCOW2, DiskFormat.RAW
+        ignore = {(q, Mode.METADATA), (q, Mode.SPACE), (q, Mode.FULL),
+                  (r, Mode.SPACE), (r, Mode.FULL)}
+        for fmt in (q, r):
+            for mode in Mode:
+                for nova in (None, 'ignore', 'unmap'):
+                    for choice in ('keep', 'reclaim'):
+                        want = ('ignore' if (fmt, mode) in ignore and
+                                nova == 'unmap' and choice == 'keep'
+                                else nova)
+                        self.assertEqual(
+                            want, policy.guest_discard(mode, fmt, nova,
+                                                       choice),
+                            (fmt, mode, nova, choice))
+
+
 class TestNeededBytesAgainstQemu(base.TestCase):
     """make_plan's pure formula against qemu-img's own figures."""
     scenarios = testscenarios.multiply_scenarios(
