@@ -20,7 +20,7 @@ between calls. Where fallocate(2) turns out unsupported, the filesystem is
 recorded as such and the caller's plan is made again (``replan``): the
 decision stays in policy.make_plan.
 
-NOTE: shared/STYLE.md's anchors (os-brick, os-vif) call a privileged
+NOTE: os-brick and os-vif call a privileged
 entrypoint once and let a dead daemon's error through. Here a call whose
 daemon died under it is made once more (``_privileged``): both entrypoints
 are idempotent on the same range, and a spawn or hard reboot should not

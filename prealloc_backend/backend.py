@@ -274,7 +274,9 @@ class _PreallocImage:
     def _thin_copied_zeros(self):
         """A metadata-mode disk that arrived on this host fully written.
 
-        NOTE (issue 15): nova's default transport (ssh: scp) writes every
+        NOTE: nova's default transport (``[libvirt]
+        remote_filesystem_transport = ssh``: scp, SshDriver in
+        nova/virt/libvirt/volume/remotefs.py) writes every
         byte of a cold-migrated disk, zeros included, so a metadata overlay
         (mapped clusters, no data blocks) arrives fully allocated. Punch
         holes where whole blocks read as zeros (util-linux ``fallocate

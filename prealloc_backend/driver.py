@@ -234,7 +234,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 # (_do_rebuild_instance); nova's own
                 # ComputeResourcesUnavailable branch does not undo that.
                 # They stay bound here until the next evacuation binds
-                # them to its destination (README, "Migrations").
+                # them to its destination (doc/source/admin/migrations.rst).
                 if new_dir:
                     LOG.warning('Evacuation refused: removing %s',
                                 instance_dir, instance=instance)

@@ -190,7 +190,7 @@ class SizeChanged(Exception):
 
     Not raised for a truncate landing between the size check before a
     write and that write, below a run ending at EOF: the write grows the
-    file back to its old size unseen (README, "The privileged daemon");
+    file back to its old size unseen (doc/source/admin/security.rst);
     below a run ending before EOF the write grows it to the run's end, and
     the check after it raises this.
     """
@@ -259,8 +259,8 @@ def zero_fill(fd, start, end, before_write=None, lock=None):
                     # each write and right after it, which narrows a
                     # concurrent truncate to a window of one system call
                     # (a truncate landing there, below a run that ends at
-                    # EOF, is undone unseen: README, "The privileged
-                    # daemon").
+                    # EOF, is undone unseen: see
+                    # doc/source/admin/security.rst).
                     now = os.fstat(fd).st_size
                     if now != size:
                         raise SizeChanged(size, now, written)

@@ -20,7 +20,8 @@ raw file or the layout of a qcow2 disk, the bytes the disk needs, the
 backend check``, the benchmark) takes needed bytes and layout from it;
 nothing else computes them. Nothing here touches a disk or runs a process.
 
-Layout rules (measured, see issue 14):
+Layout rules (measured with ``prealloc-backend bench``; the figures are in
+doc/source/admin/modes.rst):
 
 * 128K clusters (4K subclusters with extended_l2) at every disk size. From
   256K up, every 4 KiB guest write into a new subcluster also copies the

@@ -18,8 +18,7 @@ only once qemu-img reported success and its header says what was asked,
 so that a disk at ``path`` is always complete; a grown disk must report
 the size asked for.
 
-NOTE: shared/STYLE.md's sketch puts this in qemu.py. qemu.py stays one
-thin wrapper per qemu-img verb (the shape STYLE.md asks to keep); the
+NOTE: not in qemu.py, which stays one thin wrapper per qemu-img verb; the
 steps that make one disk out of several commands, and the temporary file,
 are here.
 """

@@ -23,9 +23,9 @@ group (raw fallocated, raw zero-written, nova none, ...). For throughputs a
 ratio above 1 is faster than the reference; for times and extent counts,
 above 1 is more.
 
-Targets (issue 14) are judged on the median of the paired ratios, or on the
-median figure for an absolute bound; one that cannot be measured here is
-``met: null`` with the reason.
+Targets (doc/source/cli/prealloc-backend-bench.rst) are judged on the
+median of the paired ratios, or on the median figure for an absolute
+bound; one that cannot be measured here is ``met: null`` with the reason.
 """
 
 import json
@@ -43,7 +43,7 @@ REFERENCE_HEADERS = {
     'nova-space': 'x nova space',
 }
 
-# Bounds of issue 14.
+# Bounds of the targets (doc/source/cli/prealloc-backend-bench.rst).
 NEW_CLUSTER_MIN = 0.9
 SEQ_WRITE_MIN = 0.95
 FULL_MIN = 0.95
@@ -51,8 +51,9 @@ NONE_MIN = 0.95
 READ_MIN = 0.9
 CREATE_1TIB_MAX = 2.0
 
-# The seeds' rows (shared/seeds 003 and 004) and the variants that play
-# them: (variant, seed 003 row, seed 004 row).
+# The seeds' rows (the two measurements that motivated the plugin, seed
+# 003 and seed 004 in the report) and the variants that play them:
+# (variant, seed 003 row, seed 004 row).
 SEED_ROWS = (
     ('raw-sparse', 'sparse raw', ''),
     ('raw-fallocated', 'preallocated raw', ''),
@@ -150,7 +151,7 @@ def _sweep_key(variant, group):
 
 
 def targets(workloads):
-    """Every target of issue 14 judged on this run: a list of
+    """Every target judged on this run: a list of
     {name, value, target, op, met, why, min, max, n}.
     """
     out = []
@@ -357,7 +358,7 @@ def workload_lines(workload, number):
 
 
 def seed_lines(result):
-    """The seeds' tables (shared/seeds 003 and 004) from this run: per
+    """The seeds' tables (seed 003 and seed 004) from this run: per
     variant, the time to create a disk, its physical size, and the time and
     speed of the sequential first writes, default layout.
     """

@@ -21,7 +21,8 @@ will run and matches it against nova-rootwrap's filters the way
 nova-rootwrap does (oslo.rootwrap's own ``match_filter``), reporting which
 filter lets it through: the plugin's shipped filter file, or oslo.rootwrap's
 built-in ``privsep-helper`` rule (which accepts any configuration file the
-nova user chooses; README says how to close that door). Either way the
+nova user chooses; doc/source/admin/security.rst says how to close that
+door). Either way the
 Python that runs privsep-helper must import the plugin.
 
 A problem does not stop the check: one run names every problem.

@@ -20,7 +20,7 @@ CAP_SYS_ADMIN), and reads only what it opens for writing
 (CAP_DAC_READ_SEARCH would add reading any file, which it does not need).
 
 The entrypoints live in prealloc_backend.privsep.fs (what they accept: its
-docstring, and README's "The privileged daemon"); paths are resolved by
+docstring, and doc/source/admin/security.rst); paths are resolved by
 prealloc_backend.privsep.beneath. Import prealloc_backend.privsep.fs by its
 full path so that privileged calls stand out where they are made.
 """

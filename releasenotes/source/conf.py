@@ -1,0 +1,38 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Sphinx configuration of prealloc_backend's release notes.
+
+Built by ``tox -e releasenotes`` (``sphinx-build -W --keep-going``) from
+the YAML files of ``releasenotes/notes`` with reno's Sphinx extension.
+"""
+
+extensions = [
+    'openstackdocstheme',
+    'reno.sphinxext',
+]
+
+openstackdocs_repo_name = 'openstack/prealloc-backend'
+openstackdocs_use_storyboard = False
+openstackdocs_auto_name = False
+openstackdocs_pdf_link = False
+
+project = 'prealloc_backend Release Notes'
+copyright = 'prealloc_backend developers'
+
+source_suffix = {'.rst': 'restructuredtext'}
+master_doc = 'index'
+exclude_patterns = []
+pygments_style = 'native'
+
+html_theme = 'openstackdocs'
+html_static_path = []
