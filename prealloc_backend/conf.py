@@ -153,7 +153,10 @@ extended_l2 is on: subcluster allocation bits keep the backing file's data
 visible while the overlay's clusters are already allocated. It also halves
 copy-on-write amplification. Needs QEMU 5.2, which nova 34's minimum (6.2)
 guarantees. Turn it off only to create overlays that older tools must open:
-qcow2 overlays are then created thin whatever the mode (a warning says so).
+nova-compute then refuses to start where the host's mode preallocates and
+its instance disks are qcow2 overlays, and an overlay that a flavor's
+``prealloc:mode`` asks to preallocate (or that arrives on a raw host) is left
+thin, with a warning.
 """),
     cfg.StrOpt('qcow2_cluster_size',
         choices=CLUSTER_SIZE_CHOICES,
