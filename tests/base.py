@@ -26,6 +26,7 @@ from oslotest import base
 
 from prealloc_backend import backend
 from prealloc_backend import conf
+from prealloc_backend import exception
 from prealloc_backend import fsprobe
 from tests import fixtures as pb_fixtures
 
@@ -193,3 +194,61 @@ class CheckTestCase(base.BaseTestCase):
         """
         return self.useFixture(pb_fixtures.CheckHost(
             self.conf_path, sections, **kwargs)).host
+
+
+class BoundaryTestCase(TestCase):
+    """A disk inside instances_path and a victim outside it, for the
+    privileged entrypoints' refusals (tests/fixtures.py privsep_call).
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.scratch = self.useFixture(fixtures.TempDir()).path
+        self.inst = os.path.join(self.instances_path, 'inst')
+        os.mkdir(self.inst)
+        self.disk = pb_fixtures.make_disk(os.path.join(self.inst, 'disk'))
+        self.outside_dir = os.path.join(self.scratch, 'outside')
+        os.mkdir(self.outside_dir)
+        self.victim = pb_fixtures.make_disk(
+            os.path.join(self.outside_dir, 'victim'))
+
+    def secrets(self, path):
+        """What a refusal of ``path`` must not tell: the outside tree's
+        name (unless the caller sent it) and the victim's size.
+        """
+        found = [str(pb_fixtures.PRIVSEP_DISK_SIZE)]
+        if isinstance(path, str) and self.scratch not in path:
+            found.append(self.scratch)
+        return found
+
+    def assert_refused(self, path, error, reason_words, touched, value=None,
+                       names=(), entrypoints=pb_fixtures.ENTRYPOINTS,
+                       **call_args):
+        """Every entrypoint, wrapped and unprivileged, refuses: ``error``
+        raised, its message naming ``value`` (default: the path) and
+        containing ``reason_words`` but nothing about the outside tree
+        (its directory, the victim's name or size); the files in
+        ``touched`` unchanged.
+        """
+        before = {p: pb_fixtures.file_state(p) for p in touched}
+        shown = repr(path if value is None else value)
+        for name in entrypoints:
+            for unprivileged in (False, True):
+                label = '%s%s(%r, %r)' % ('unprivileged_' if unprivileged
+                                          else '', name, path, call_args)
+                exc = self.assertRaises(error, pb_fixtures.privsep_call,
+                                        name, path,
+                                        unprivileged=unprivileged,
+                                        **call_args)
+                message = str(exc)
+                self.assertIn(shown, message, label)
+                for word in reason_words:
+                    self.assertIn(word, message, label)
+                for word in names:
+                    self.assertIn(word, message, label)
+                if issubclass(error, exception.InvalidPath):
+                    for secret in self.secrets(path):
+                        self.assertNotIn(secret, message, label)
+        for p, state in before.items():
+            self.assertEqual(state, pb_fixtures.file_state(p),
+                             'touched: %s' % p)

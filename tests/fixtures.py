@@ -22,6 +22,7 @@ import hashlib
 import os
 import random
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -33,6 +34,7 @@ from oslo_utils import units
 from prealloc_backend import fileops
 from prealloc_backend import fsprobe
 import prealloc_backend.privsep
+import prealloc_backend.privsep.fs
 
 MKFS = {
     'ext4': ['mkfs.ext4', '-q', '-F'],
@@ -320,3 +322,64 @@ def wait_until(predicate, what, proc=None):
                                  % (proc.returncode, what))
         time.sleep(0.001)
     raise AssertionError('gave up waiting for %s' % what)
+
+
+# The privileged daemon's entrypoints and the disk the boundary tests call
+# them on.
+PRIVSEP_DISK_SIZE = 4 * units.Mi
+ENTRYPOINTS = ('fallocate_range', 'zero_fill_range')
+
+
+def file_state(path):
+    """Everything a privileged call could change about ``path``."""
+    st = os.lstat(path)
+    state = {'mode': st.st_mode, 'size': st.st_size, 'blocks': st.st_blocks,
+             'mtime': st.st_mtime_ns, 'ctime': st.st_ctime_ns,
+             'ino': st.st_ino, 'nlink': st.st_nlink}
+    if stat.S_ISREG(st.st_mode):
+        digest = hashlib.sha256()
+        with open(path, 'rb') as f:
+            for block in iter(lambda: f.read(units.Mi), b''):
+                digest.update(block)
+        state['sha256'] = digest.hexdigest()
+        state['extents'] = extents(path)
+    elif stat.S_ISLNK(st.st_mode):
+        state['target'] = os.readlink(path)
+    return state
+
+
+def extents(path):
+    """[(first block, blocks, flags)] of a file, as filefrag reports them
+    (including unwritten extents, which SEEK_DATA does not show).
+    """
+    out = subprocess.run(['filefrag', '-v', '-b4096', path], check=True,
+                         capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        fields = line.replace(':', ' ').replace('..', ' ').split()
+        if len(fields) >= 6 and fields[0].isdigit():
+            start, length = int(fields[1]), int(fields[5])
+            flags = fields[-1] if not fields[-1].isdigit() else ''
+            found.append((start, length, 'unwritten' in flags))
+    return found
+
+
+def make_disk(path, size=PRIVSEP_DISK_SIZE):
+    """A sparse disk with data at its start and at 2 MiB."""
+    with open(path, 'wb') as f:
+        f.truncate(size)
+        f.write(b'\xa5' * 65536)
+        f.seek(2 * units.Mi)
+        f.write(b'\x5a' * 4096)
+        # NOTE: flushed, so that its extents (part of the state compared
+        # before and after each call) are final, not delayed allocations.
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def privsep_call(name, path, offset=0, length=4096, unprivileged=False):
+    """Call entrypoint ``name`` with the arguments it takes."""
+    module = prealloc_backend.privsep.fs
+    func = getattr(module, ('unprivileged_' if unprivileged else '') + name)
+    return func(path, offset, length)

@@ -46,10 +46,10 @@ from prealloc_backend import fileops
 import prealloc_backend.privsep.fs
 from tests import base
 from tests import fixtures as pb_fixtures
+from tests.fixtures import ENTRYPOINTS
+from tests.fixtures import file_state
+from tests.fixtures import privsep_call as call
 from tests.privileged import test_privsep_daemon
-from tests.unit.test_privsep import call
-from tests.unit.test_privsep import ENTRYPOINTS
-from tests.unit.test_privsep import file_state
 
 LOG = logging.getLogger(__name__)
 

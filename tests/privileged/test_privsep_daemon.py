@@ -40,14 +40,14 @@ from prealloc_backend import backend
 from prealloc_backend import exception
 import prealloc_backend.privsep
 import prealloc_backend.privsep.fs
+from tests import base
 from tests import fixtures as pb_fixtures
-from tests.unit import test_privsep
-from tests.unit.test_privsep import call
-from tests.unit.test_privsep import DISK_SIZE
-from tests.unit.test_privsep import ENTRYPOINTS
-from tests.unit.test_privsep import extents
-from tests.unit.test_privsep import file_state
-from tests.unit.test_privsep import make_disk
+from tests.fixtures import ENTRYPOINTS
+from tests.fixtures import extents
+from tests.fixtures import file_state
+from tests.fixtures import make_disk
+from tests.fixtures import privsep_call as call
+from tests.fixtures import PRIVSEP_DISK_SIZE as DISK_SIZE
 
 LOG = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class DaemonMixin:
         self.assertEqual('%016x' % 0, status.get('CapAmb', '0' * 16), status)
 
 
-class RootPathRefusalTestCase(test_privsep.BoundaryTestCase):
+class RootPathRefusalTestCase(base.BoundaryTestCase):
     """Refusals that need root to set up (in-process)."""
 
     def setUp(self):
@@ -232,7 +232,7 @@ class RootPathRefusalTestCase(test_privsep.BoundaryTestCase):
         os.mkdir(os.path.join(mnt, 'inst'))
         disk = make_disk(os.path.join(mnt, 'inst', 'disk'))
         for walk in (False, True):
-            self.useFixture(test_privsep.fixtures.MonkeyPatch(
+            self.useFixture(fixtures.MonkeyPatch(
                 'prealloc_backend.privsep.beneath._openat2_missing', walk))
             self.assert_refused(disk, exception.InvalidPath,
                                 ['mount point'], [disk, self.disk])
@@ -253,7 +253,7 @@ class RootPathRefusalTestCase(test_privsep.BoundaryTestCase):
         self.assertEqual(free_before, os.statvfs(fs.path).f_bfree)
 
 
-class RealDaemonTestCase(DaemonMixin, test_privsep.BoundaryTestCase):
+class RealDaemonTestCase(DaemonMixin, base.BoundaryTestCase):
     """The real oslo.privsep daemon, started as root without sudo."""
 
     def setUp(self):

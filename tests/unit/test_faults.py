@@ -187,29 +187,3 @@ class ConcurrentSpawnTestCase(base.FaultBase):
 
     def test_raw_space(self):
         self._run('raw', 'space', 16 * units.Mi)
-
-
-class JournalUnitTestCase(base.TestCase):
-    """The journal's own contract, on real files."""
-
-    def test_created_disk_removed_existing_kept(self):
-        directory = os.path.join(self.instances_path, 'j')
-        os.mkdir(directory)
-        made = os.path.join(directory, 'made')
-        kept = os.path.join(directory, 'kept')
-        for path, created in ((made, True), (kept, False)):
-            with open(path, 'wb') as f:
-                f.write(b'x' * 4096)
-            backend._Journal(path).begin(created)
-            with open(path + backend.TMP_SUFFIX, 'wb') as f:
-                f.write(b'half')
-        for path in (made, kept):
-            backend._Journal(path).recover()
-            for suffix in (backend.JOURNAL_SUFFIX, backend.TMP_SUFFIX):
-                self.assertFalse(os.path.exists(path + suffix))
-        self.assertFalse(os.path.exists(made))
-        with open(kept, 'rb') as f:
-            self.assertEqual(b'x' * 4096, f.read())
-        with open(os.path.join(directory, 'unused'), 'wb'):
-            pass
-        self.assertEqual(['kept', 'unused'], sorted(os.listdir(directory)))

@@ -28,11 +28,9 @@ reads them are in tests/integration/test_privsep.py.
 """
 
 import errno
-import hashlib
 import os
 import pathlib
 import socket
-import stat
 import subprocess
 import time
 
@@ -46,118 +44,13 @@ from prealloc_backend.privsep import beneath
 import prealloc_backend.privsep.fs
 from tests import base
 from tests import fixtures as pb_fixtures
-
-DISK_SIZE = 4 * units.Mi
-ENTRYPOINTS = ('fallocate_range', 'zero_fill_range')
-
-
-def file_state(path):
-    """Everything a privileged call could change about ``path``."""
-    st = os.lstat(path)
-    state = {'mode': st.st_mode, 'size': st.st_size, 'blocks': st.st_blocks,
-             'mtime': st.st_mtime_ns, 'ctime': st.st_ctime_ns,
-             'ino': st.st_ino, 'nlink': st.st_nlink}
-    if stat.S_ISREG(st.st_mode):
-        digest = hashlib.sha256()
-        with open(path, 'rb') as f:
-            for block in iter(lambda: f.read(units.Mi), b''):
-                digest.update(block)
-        state['sha256'] = digest.hexdigest()
-        state['extents'] = extents(path)
-    elif stat.S_ISLNK(st.st_mode):
-        state['target'] = os.readlink(path)
-    return state
+from tests.fixtures import ENTRYPOINTS
+from tests.fixtures import file_state
+from tests.fixtures import make_disk
+from tests.fixtures import PRIVSEP_DISK_SIZE as DISK_SIZE
 
 
-def extents(path):
-    """[(first block, blocks, flags)] of a file, as filefrag reports them
-    (including unwritten extents, which SEEK_DATA does not show).
-    """
-    out = subprocess.run(['filefrag', '-v', '-b4096', path], check=True,
-                         capture_output=True, text=True).stdout
-    found = []
-    for line in out.splitlines():
-        fields = line.replace(':', ' ').replace('..', ' ').split()
-        if len(fields) >= 6 and fields[0].isdigit():
-            start, length = int(fields[1]), int(fields[5])
-            flags = fields[-1] if not fields[-1].isdigit() else ''
-            found.append((start, length, 'unwritten' in flags))
-    return found
-
-
-def make_disk(path, size=DISK_SIZE):
-    """A sparse disk with data at its start and at 2 MiB."""
-    with open(path, 'wb') as f:
-        f.truncate(size)
-        f.write(b'\xa5' * 65536)
-        f.seek(2 * units.Mi)
-        f.write(b'\x5a' * 4096)
-        # NOTE: flushed, so that its extents (part of the state compared
-        # before and after each call) are final, not delayed allocations.
-        f.flush()
-        os.fsync(f.fileno())
-    return path
-
-
-def call(name, path, offset=0, length=4096, unprivileged=False):
-    """Call entrypoint ``name`` with the arguments it takes."""
-    module = prealloc_backend.privsep.fs
-    func = getattr(module, ('unprivileged_' if unprivileged else '') + name)
-    return func(path, offset, length)
-
-
-class BoundaryTestCase(base.TestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.scratch = self.useFixture(fixtures.TempDir()).path
-        self.inst = os.path.join(self.instances_path, 'inst')
-        os.mkdir(self.inst)
-        self.disk = make_disk(os.path.join(self.inst, 'disk'))
-        self.outside_dir = os.path.join(self.scratch, 'outside')
-        os.mkdir(self.outside_dir)
-        self.victim = make_disk(os.path.join(self.outside_dir, 'victim'))
-
-    def secrets(self, path):
-        """What a refusal of ``path`` must not tell: the outside tree's
-        name (unless the caller sent it) and the victim's size.
-        """
-        found = [str(DISK_SIZE)]
-        if isinstance(path, str) and self.scratch not in path:
-            found.append(self.scratch)
-        return found
-
-    def assert_refused(self, path, error, reason_words, touched, value=None,
-                       names=(), entrypoints=ENTRYPOINTS, **call_args):
-        """Every entrypoint, wrapped and unprivileged, refuses: ``error``
-        raised, its message naming ``value`` (default: the path) and
-        containing ``reason_words`` but nothing about the outside tree
-        (its directory, the victim's name or size); the files in
-        ``touched`` unchanged.
-        """
-        before = {p: file_state(p) for p in touched}
-        shown = repr(path if value is None else value)
-        for name in entrypoints:
-            for unprivileged in (False, True):
-                label = '%s%s(%r, %r)' % ('unprivileged_' if unprivileged
-                                          else '', name, path, call_args)
-                exc = self.assertRaises(error, call, name, path,
-                                        unprivileged=unprivileged,
-                                        **call_args)
-                message = str(exc)
-                self.assertIn(shown, message, label)
-                for word in reason_words:
-                    self.assertIn(word, message, label)
-                for word in names:
-                    self.assertIn(word, message, label)
-                if issubclass(error, exception.InvalidPath):
-                    for secret in self.secrets(path):
-                        self.assertNotIn(secret, message, label)
-        for p, state in before.items():
-            self.assertEqual(state, file_state(p), 'touched: %s' % p)
-
-
-class PathRefusalTestCase(BoundaryTestCase):
+class PathRefusalTestCase(base.BoundaryTestCase):
     """Paths a privileged call must never act on (openat2 resolution)."""
 
     def test_outside_instances_path(self):
@@ -341,86 +234,7 @@ class WalkPathRefusalTestCase(PathRefusalTestCase):
         raise AssertionError('openat2 called while the walk is forced')
 
 
-class ResolveTestCase(base.TestCase):
-    """beneath.open_beneath: openat2 and the walk agree on every tree."""
-
-    def setUp(self):
-        super().setUp()
-        top = self.useFixture(fixtures.TempDir()).path
-        self.root = os.path.join(top, 'root')
-        os.makedirs(os.path.join(self.root, 'a', 'b'))
-        with open(os.path.join(self.root, 'a', 'b', 'f'), 'w'):
-            pass
-        os.mkdir(os.path.join(top, 'out'))
-        with open(os.path.join(top, 'out', 'f'), 'w'):
-            pass
-        os.symlink(os.path.join(top, 'out'), os.path.join(self.root, 'ln'))
-        os.symlink('b', os.path.join(self.root, 'a', 'rel'))
-        os.symlink('/proc/self/cwd', os.path.join(self.root, 'magic'))
-        os.symlink('f', os.path.join(self.root, 'a', 'b', 'flink'))
-        self.fd = os.open(self.root, beneath.O_PATH_FLAGS)
-        self.addCleanup(os.close, self.fd)
-
-    def outcome(self, parts, force_walk):
-        try:
-            fd = beneath.open_beneath(self.fd, parts, force_walk=force_walk)
-        except OSError as exc:
-            return errno.errorcode[exc.errno]
-        try:
-            st = os.fstat(fd)
-            return stat.S_IFMT(st.st_mode), st.st_ino
-        finally:
-            os.close(fd)
-
-    def test_same_outcomes(self):
-        cases = {
-            ('a', 'b', 'f'): None,
-            ('ln', 'f'): 'ELOOP',
-            ('a', 'rel', 'f'): 'ELOOP',
-            ('magic', 'x'): 'ELOOP',
-            ('a', 'b', 'none'): 'ENOENT',
-            ('a', 'b', 'f', 'x'): 'ENOTDIR',
-            ('a', '..', 'a'): 'EINVAL',
-            ('.',): 'EINVAL',
-            ('',): 'EINVAL',
-        }
-        self.assertNotEqual(None, beneath.SYS_OPENAT2)
-        for parts, wanted in cases.items():
-            by_openat2 = self.outcome(parts, False)
-            by_walk = self.outcome(parts, True)
-            self.assertEqual(by_openat2, by_walk, parts)
-            if wanted is None:
-                self.assertEqual(stat.S_IFREG, by_walk[0], parts)
-            else:
-                self.assertEqual(wanted, by_walk, parts)
-        # A symlink as the last component: a descriptor of the link itself
-        # (O_PATH|O_NOFOLLOW), which the daemon's type check refuses.
-        for force_walk in (False, True):
-            self.assertEqual(stat.S_IFLNK, self.outcome(
-                ('a', 'b', 'flink'), force_walk)[0])
-
-    def test_enosys_falls_back_to_the_walk(self):
-        """openat2 answering ENOSYS (old kernel, some seccomp profiles)
-        switches to the walk for good.
-        """
-        calls = []
-
-        def enosys(*args, **kwargs):
-            calls.append(args)
-            raise OSError(errno.ENOSYS, 'not here')
-
-        self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.privsep.beneath.openat2', enosys))
-        self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.privsep.beneath._openat2_missing', False))
-        for _ in range(2):
-            self.assertEqual(stat.S_IFREG,
-                             self.outcome(('a', 'b', 'f'), False)[0])
-            self.assertEqual('ELOOP', self.outcome(('ln', 'f'), False))
-        self.assertEqual(1, len(calls))
-
-
-class PinnedRootTestCase(BoundaryTestCase):
+class PinnedRootTestCase(base.BoundaryTestCase):
     """instances_path is pinned once; renaming it away changes nothing."""
 
     def test_swapped_for_symlink_after_pinning(self):
@@ -513,7 +327,7 @@ class PinnedRootTestCase(BoundaryTestCase):
         self.assertEqual(os.stat(self.instances_path).st_ino, root.ino)
 
 
-class SizeRefusalTestCase(BoundaryTestCase):
+class SizeRefusalTestCase(base.BoundaryTestCase):
     """Offsets and lengths a privileged call must refuse."""
 
     RANGE_CALLS = ('fallocate_range', 'zero_fill_range')
@@ -590,7 +404,7 @@ class CapabilitiesTestCase(base.TestCase):
         self.assertEqual(sorted(ENTRYPOINTS), public)
 
 
-class ZeroFillTestCase(BoundaryTestCase):
+class ZeroFillTestCase(base.BoundaryTestCase):
     """fileops.zero_fill never changes the size and never writes a byte it
     did not read back as zero in the same pass.
     """
@@ -691,7 +505,7 @@ class ZeroFillTestCase(BoundaryTestCase):
         self.assertEqual(units.Mi, os.path.getsize(self.disk))
 
 
-class QemuLockTestCase(BoundaryTestCase):
+class QemuLockTestCase(base.BoundaryTestCase):
     """QEMU's own image locks, with real qemu-io processes."""
 
     def _qemu_io(self, path, *commands):
