@@ -1,0 +1,111 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""prealloc_backend/fsprobe.py on this machine's own filesystem.
+
+Filesystems without fallocate(2) (ext4 without extents, ext3) need a loop
+mount, so root: tests/privileged/test_backend.py probes them for real. Here
+the probe's verdicts on an unsupported or failing fallocate(2) come from a
+patched fileops.fallocate (the one thing that cannot be made to fail
+without root), everything else is real.
+"""
+
+import errno
+import os
+
+import fixtures
+
+from prealloc_backend import exception
+from prealloc_backend import fsprobe
+from tests import base
+
+
+class FallocateProbeTestCase(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        fsprobe.forget()
+        self.addCleanup(fsprobe.forget)
+
+    def fallocate_fails(self, err):
+        def fail(*args, **kwargs):
+            raise OSError(err, os.strerror(err))
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.fileops.fallocate', fail))
+
+    def test_real_probe_leaves_nothing(self):
+        self.assertTrue(fsprobe.supports_fallocate(self.dir))
+        self.assertEqual([], os.listdir(self.dir))
+
+    def test_answer_cached_per_filesystem(self):
+        self.assertTrue(fsprobe.supports_fallocate(self.dir))
+        other = self.useFixture(fixtures.TempDir(rootdir=self.dir)).path
+        # Same filesystem: no second probe, even one that would fail.
+        self.fallocate_fails(errno.EOPNOTSUPP)
+        self.assertTrue(fsprobe.supports_fallocate(other))
+        fsprobe.forget(other)
+        self.assertFalse(fsprobe.supports_fallocate(self.dir))
+
+    def test_unsupported_is_cached(self):
+        self.fallocate_fails(errno.EOPNOTSUPP)
+        self.assertFalse(fsprobe.supports_fallocate(self.dir))
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.fileops.fallocate',
+            lambda *a, **k: self.fail('probed twice')))
+        self.assertFalse(fsprobe.supports_fallocate(self.dir))
+        self.assertEqual([], os.listdir(self.dir))
+
+    def test_other_errors_answer_yes_uncached(self):
+        # A full filesystem: the allocation itself will say so.
+        self.fallocate_fails(errno.ENOSPC)
+        self.assertTrue(fsprobe.supports_fallocate(self.dir))
+        self.fallocate_fails(errno.EOPNOTSUPP)
+        self.assertFalse(fsprobe.supports_fallocate(self.dir))
+
+    def test_record_unsupported(self):
+        self.assertTrue(fsprobe.supports_fallocate(self.dir))
+        fsprobe.record_unsupported(self.dir)
+        self.assertFalse(fsprobe.supports_fallocate(self.dir))
+        self.assertFalse(fsprobe.facts(self.dir).fallocate_ok)
+
+
+class FreeSpaceTestCase(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        self.disk = os.path.join(self.dir, 'disk')
+
+    def test_fits(self):
+        vfs = os.statvfs(self.dir)
+        free = fsprobe.check_free_space(self.disk, 1)
+        # Only what an unprivileged process may use.
+        self.assertLessEqual(free, vfs.f_bfree * vfs.f_frsize)
+        self.assertGreater(free, 0)
+
+    def test_does_not_fit(self):
+        needed = 2 ** 62
+        exc = self.assertRaises(exception.InsufficientDiskSpace,
+                                fsprobe.check_free_space, self.disk, needed)
+        message = str(exc)
+        self.assertIn(self.disk, message)
+        self.assertIn('%d bytes needed' % needed, message)
+
+
+class FsTypeTestCase(base.TestCase):
+
+    def test_mount_points(self):
+        self.assertEqual('proc', fsprobe.fs_type('/proc/self'))
+        self.assertEqual('sysfs', fsprobe.fs_type('/sys/kernel'))
+        self.assertNotEqual('unknown', fsprobe.fs_type(
+            self.useFixture(fixtures.TempDir()).path))
