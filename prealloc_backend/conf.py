@@ -114,16 +114,24 @@ class Integer(types.Integer):
 
 
 def allowed(opt):
-    """What ``opt`` accepts, in words, for error messages."""
+    """What ``opt`` (ours or nova's) accepts, in words, for the error
+    messages of nova-compute's start and of ``prealloc-backend check``.
+    """
     kind = opt.type
     if getattr(kind, 'choices', None):
-        return ', '.join(kind.choices)
+        return ', '.join(str(c) for c in kind.choices)
     if isinstance(kind, types.Boolean):
         return 'true or false'
-    if isinstance(kind, types.Integer):
-        if kind.max is not None:
-            return 'integers from %d to %d' % (kind.min, kind.max)
-        return 'integers from %d up' % kind.min
+    if isinstance(kind, (types.Integer, types.Float)):
+        what = 'integers' if isinstance(kind, types.Integer) else 'numbers'
+        low, high = kind.min, kind.max
+        if low is not None and high is not None:
+            return '%s from %s to %s' % (what, low, high)
+        if low is not None:
+            return '%s from %s up' % (what, low)
+        if high is not None:
+            return '%s up to %s' % (what, high)
+        return what
     return 'values of type %s' % getattr(kind, 'type_name', kind)
 
 

@@ -71,25 +71,6 @@ def _known_opts():
     return known
 
 
-def allowed(opt):
-    """What the option accepts, in words."""
-    opt_type = opt.type
-    choices = getattr(opt_type, 'choices', None)
-    if choices:
-        return 'allowed values are %s' % ', '.join(str(c) for c in choices)
-    low, high = getattr(opt_type, 'min', None), getattr(opt_type, 'max', None)
-    kind = getattr(opt_type, 'type_name', 'value')
-    if low is not None and high is not None:
-        return 'allowed values are from %g to %g (%s)' % (low, high, kind)
-    if low is not None:
-        return 'allowed values are %g or more (%s)' % (low, kind)
-    if high is not None:
-        return 'allowed values are %g or less (%s)' % (high, kind)
-    if kind == 'boolean value':
-        return 'allowed values are true or false'
-    return 'allowed values are any %s' % kind
-
-
 def raw_value(config_args, group, name):
     """(text as written, where) of an option, for error messages; (None,
     None) when it cannot be read.
@@ -119,7 +100,7 @@ def _invalid(host, group, name, exc, opt):
     if opt is None:
         return text + ' is not valid: ' + str(exc).split('is not valid: ',
                                                          1)[-1]
-    return text + ' is not valid: ' + allowed(opt)
+    return text + ' is not valid: allowed values are ' + pb_conf.allowed(opt)
 
 
 def config_files(conf):

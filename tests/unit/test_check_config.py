@@ -56,8 +56,8 @@ class TestOptions(ConfigCase):
                       "not valid: allowed values are none, space"
                       % self.conf_path, res.details)
         self.assertIn("[prealloc_backend] qcow2_metadata_cache_max_mb = '0' "
-                      "(in %s) is not valid: allowed values are from 1 to "
-                      "4096" % self.conf_path, res.details)
+                      "(in %s) is not valid: allowed values are integers from "
+                      "1 to 4096" % self.conf_path, res.details)
         self.assertEqual(3, res.facts['invalid'])
         self.assertEqual(['[DEFAULT] preallocate_images',
                           '[prealloc_backend] mode',
