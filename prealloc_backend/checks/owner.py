@@ -123,6 +123,16 @@ def open_directory(path):
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
+def _control_or_refuse(path):
+    try:
+        return control(path)
+    except OSError as exc:
+        # A name on the way vanished or changed while it was looked at:
+        # someone is moving it.
+        raise UnsafeDirectory('cannot tell who controls %s: %s'
+                              % (path, exc))
+
+
 def credentials_for(fd, path, euid=None):
     """Who a step in the directory ``fd`` (opened from ``path``) runs as:
     None to keep the caller's credentials, else a Credentials.
@@ -138,7 +148,7 @@ def credentials_for(fd, path, euid=None):
     if euid != 0:
         return None
     st = os.fstat(fd)
-    found = control(path)
+    found = _control_or_refuse(path)
     found.add(path, st)
     if len(found.users) == 1:
         (uid, _where), = found.users.items()
@@ -324,7 +334,10 @@ def refusal_as_root(directory, command):
     existing = os.path.abspath(directory)
     while not os.path.isdir(existing):
         existing = os.path.dirname(existing)
-    found = control(existing)
+    try:
+        found = _control_or_refuse(existing)
+    except UnsafeDirectory as exc:
+        return 'refusing to run as root in %s: %s' % (existing, exc)
     if found.root_only:
         return None
     st = os.stat(existing)

@@ -148,3 +148,15 @@ class RunInTestCase(base.BaseTestCase):
         exc = self.assertRaises(owner.StepFailed, owner.run_in, self.fd,
                                 self.tmp, lambda fd: object())
         self.assertEqual('TypeError', exc.kind)
+
+
+class VanishingPathTestCase(base.BaseTestCase):
+
+    def test_path_changing_under_the_walk_is_refused(self):
+        tmp = self.useFixture(fixtures.TempDir()).path
+        fd = owner.open_directory(tmp)
+        self.addCleanup(os.close, fd)
+        gone = os.path.join(tmp, 'gone')
+        exc = self.assertRaises(owner.UnsafeDirectory,
+                                owner.credentials_for, fd, gone, euid=0)
+        self.assertIn('cannot tell who controls %s' % gone, str(exc))
