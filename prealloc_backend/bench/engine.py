@@ -22,6 +22,15 @@ falling on one. Each case keeps its samples by repetition, so that the
 report divides a variant's figure by its reference's of the same
 repetition (paired ratios) before taking the median and [min-max] of those
 ratios: a ratio of medians would compare figures taken minutes apart.
+
+Who does what: everything runs as the user ``prealloc-backend bench`` runs
+as, and works by path (nova's image backend and the plugin's take paths).
+As root, a Bench therefore starts only in a directory nobody else can
+change: the directory, every directory above it and every symlink on the
+way root's, none writable by another user unless sticky
+(checks/owner.refusal_as_root). Any other directory is refused with
+UnsafeDirectory, naming who controls it: in nova's instances_path, run the
+benchmark as the nova user.
 """
 
 import dataclasses
@@ -44,6 +53,7 @@ from oslo_utils import units
 
 from prealloc_backend.bench import tools
 from prealloc_backend.bench import variants
+from prealloc_backend.checks import owner
 from prealloc_backend import exception
 from prealloc_backend import fsprobe
 import prealloc_backend.privsep
@@ -52,6 +62,7 @@ LOG = logging.getLogger(__name__)
 CONF = variants.CONF
 
 SCHEMA_VERSION = 2
+COMMAND = 'prealloc-backend bench'
 # The group of a workload's rows at the plugin's default layout.
 DEFAULT_GROUP = 'default layout'
 
@@ -82,6 +93,8 @@ class Config:
     small_base: int = 16 * units.Mi  # backing data of reads and creation
     depth: int = 16
     seq_block: int = 64 * units.Ki
+    # Shortest timed run reported (tools.TooShort below it).
+    min_seconds: float = tools.MIN_SECONDS
 
 
 DEFAULT = Config(
@@ -198,9 +211,16 @@ CASE_ERRORS = (tools.ToolError, nova_exception.NovaException, OSError,
                RuntimeError)
 
 
+class UnsafeDirectory(owner.UnsafeDirectory):
+    """Root asked to run the benchmark where another user could redirect
+    its writes.
+    """
+
+
 class Bench:
     """A benchmark run in ``directory`` (a scratch directory is made and
-    removed inside it).
+    removed inside it). As root, ``directory`` must pass
+    owner.refusal_as_root (UnsafeDirectory otherwise).
     """
 
     def __init__(self, directory, config, progress=None):
@@ -216,6 +236,12 @@ class Bench:
     # -- session ---------------------------------------------------------
 
     def __enter__(self):
+        # By its real path: a symlink on the way, even root's, is looked up
+        # once, here.
+        self.directory = os.path.realpath(self.directory)
+        reason = owner.refusal_as_root(self.directory, COMMAND)
+        if reason:
+            raise UnsafeDirectory(reason)
         os.makedirs(self.directory, exist_ok=True)
         self.workdir = tempfile.mkdtemp(prefix='prealloc-bench-',
                                         dir=self.directory)
@@ -384,7 +410,7 @@ class Bench:
         now = datetime.datetime.now(datetime.timezone.utc)
         result = {
             'schema': SCHEMA_VERSION,
-            'command': 'prealloc-backend bench',
+            'command': COMMAND,
             'argv': sys.argv[1:],
             'run': self.config.name,
             'config': dataclasses.asdict(self.config),

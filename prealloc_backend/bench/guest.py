@@ -35,6 +35,11 @@ domain through ``virsh``). Both return a :class:`WriteResult` naming the
 accelerator used. Nothing here has a
 command line: ``prealloc-backend bench`` and the real-hypervisor tests call
 these functions.
+
+Everything runs as the caller: the guest's disks are in the Bench's
+scratch directory (as root only where nobody else can change it:
+engine.Bench); the kernel cache and the guest's console files are the
+caller's own.
 """
 
 import dataclasses

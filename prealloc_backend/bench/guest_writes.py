@@ -24,6 +24,8 @@ table says why (guest.accelerator). The engine line names the accelerator.
 Opt-in (``prealloc-backend bench --guest``): it needs qemu-system-x86 and a
 kernel package in the guest cache (``.ci/libvirt-up`` fetches one), and it
 boots a guest per sample.
+
+It runs as the user the benchmark runs as (see engine.Bench).
 """
 
 from oslo_utils import units

@@ -14,6 +14,7 @@
 
 matplotlib is an optional dependency: nothing else of the plugin needs it,
 and compute hosts rarely have it. Bars are medians, whiskers min and max.
+It runs as the command's user and writes only the --plot file named.
 """
 
 import importlib

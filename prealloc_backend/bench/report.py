@@ -26,6 +26,9 @@ above 1 is more.
 Targets (doc/source/cli/prealloc-backend-bench.rst) are judged on the
 median of the paired ratios, or on the median figure for an absolute
 bound; one that cannot be measured here is ``met: null`` with the reason.
+
+Runs as the command's user; it writes only the --json file the operator
+named.
 """
 
 import json

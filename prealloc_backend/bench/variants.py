@@ -32,6 +32,10 @@ given to QEMU as libvirt would.
 
 The configuration nova's and the plugin's code read is nova's CONF, set
 with overrides for the time of a call and cleared after it.
+
+Everything here runs as the user the benchmark runs as, by path, in the
+Bench's scratch directory: as root only where nobody else can change that
+path (engine.Bench refuses any other directory).
 """
 
 import contextlib

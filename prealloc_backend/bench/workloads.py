@@ -28,6 +28,9 @@ Adding a workload (an in-guest one, say): subclass Workload and decorate it
 with ``@register``, or expose the class under the entry point group
 ``prealloc_backend.bench_workloads``; load_extensions() registers those
 before a run.
+
+Workloads run as the user the benchmark runs as, in the Bench's scratch
+directory (as root only where nobody else can change it: engine.Bench).
 """
 
 import importlib.metadata
@@ -304,7 +307,8 @@ class _FirstWrites(Workload):
                 disk.opts(), count=self.count(bench, case.group),
                 size=self.block, depth=self.depth,
                 step=self.step(bench, case.group),
-                flush_interval=(cfg.flush_interval if self.flush else None))
+                flush_interval=(cfg.flush_interval if self.flush else None),
+                min_seconds=cfg.min_seconds)
         finally:
             disk.remove()
         return engine.Sample(self.value(bench, case.group, seconds),
@@ -527,7 +531,8 @@ class RandomReads(Workload):
         order = list(self._points)
         random.Random(rep + 1).shuffle(order)
         seconds = tools.qemu_io(disk.opts(),
-                                ((offset, KiB4) for offset in order))
+                                ((offset, KiB4) for offset in order),
+                                min_seconds=bench.config.min_seconds)
         return engine.Sample(len(order) / seconds)
 
     def teardown(self, bench):
@@ -641,7 +646,7 @@ class Extents(Workload):
             random.Random(rep + 1).shuffle(order)
             seconds = tools.qemu_io(
                 disk.opts(), ((offset, self.BLOCK) for offset in order),
-                op='write')
+                op='write', min_seconds=cfg.min_seconds)
             extents = tools.filefrag(disk.path)
         finally:
             disk.remove()

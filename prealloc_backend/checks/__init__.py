@@ -22,6 +22,11 @@ one concern, reading the configuration and shared facts from ``host``
   for a new disk as the plan sizes it.
 - qemu_img.py: qemu-img's version; a real extended_l2 overlay made and
   grown in instances_path.
+- owner.py: who a step in instances_path runs as. The command runs as
+  root; what it writes in instances_path (host.py's fallocate(2) probe,
+  qemu_img.py's overlay) is written by a child process as the user who
+  controls that directory (the nova user), in the directory held open.
+  The other checks only read.
 - privsep.py: how nova-compute will start the privileged daemon.
 - libvirtd.py: libvirt's disk ownership settings (qemu.conf); the
   <metadata_cache> the plan writes, and whether libvirt honours it.

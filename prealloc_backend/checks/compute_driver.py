@@ -17,6 +17,9 @@ plugin's driver becomes importable that way when nova-compute is started by
 ``prealloc-nova-compute``. The check does what that command and nova's
 ``load_compute_driver`` do, in this process: register, import, check it is
 a ComputeDriver.
+
+It runs as the command's user (root) and writes nothing: it looks the
+wrapper up in PATH and imports modules already installed.
 """
 
 import os

@@ -19,6 +19,9 @@ use, now, and names each invalid one with the file it is in and what is
 allowed. The mode check says which mode results from ``[DEFAULT]
 preallocate_images`` and ``[prealloc_backend] mode``, and what the backend's
 plan (``policy.make_plan``) makes of it for a new disk on this host.
+
+Both run as the command's user (root) and only read: the configuration
+files and the options parsed from them.
 """
 
 from oslo_config import cfg

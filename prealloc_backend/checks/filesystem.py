@@ -19,6 +19,11 @@ the free bytes an unprivileged process may use (``f_bavail * f_frsize``; the
 privileged daemon refuses to dig into root-reserved blocks). The bytes a new
 disk needs come from the backend's plan (``policy.make_plan``), never from a
 computation of this module.
+
+Who does what: these checks only read the facts; the probe that measured
+them wrote its scratch file in instances_path as the owner of that
+directory (the nova user) when root runs the check (checks/host.py,
+checks/owner.py).
 """
 
 from oslo_utils import units

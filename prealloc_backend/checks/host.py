@@ -19,10 +19,17 @@ fallocate(2) probe, ``f_bavail * f_frsize``) are measured once, before any
 check writes there. Needed bytes and the qcow2 layout come only from
 ``policy.make_plan``, through ``Host.plan``: the check reports what the
 backend will do because it asks the function the backend asks.
+
+Who does what: the command runs as root (it reads nova.conf and libvirt's
+qemu.conf). instances_path is opened once; its free space is read from that
+descriptor; the fallocate(2) probe, which writes a scratch file there, runs
+in a child process working in that descriptor, as the directory's owner
+(the nova user) when root runs the check (checks/owner.py).
 """
 
 import os
 
+from prealloc_backend.checks import owner
 from prealloc_backend import fsprobe
 from prealloc_backend import modes
 from prealloc_backend import policy
@@ -30,6 +37,20 @@ from prealloc_backend import policy
 
 # Where libvirt's QEMU driver reads its configuration.
 QEMU_CONF = '/etc/libvirt/qemu.conf'
+
+
+def _fallocate_step(fd):
+    # In the child, as the directory's owner, working in it (cwd).
+    return fsprobe.supports_fallocate('.')
+
+
+def probe_fallocate(fd, directory):
+    """fsprobe's fallocate(2) probe in the directory ``fd``, run by
+    owner.run_in: as the directory's owner when root runs the check.
+    Raises owner.UnsafeDirectory or owner.StepFailed.
+    """
+    creds = owner.credentials_for(fd, directory)
+    return bool(owner.run_in(fd, directory, _fallocate_step, creds=creds))
 
 
 class Host:
@@ -77,14 +98,19 @@ class Host:
             directory = path
             while not os.path.isdir(directory):
                 directory = os.path.dirname(directory)
-            self._fs = {
-                'instances_path': path,
-                'exists': directory == path,
-                'directory': directory,
-                'fs_type': fsprobe.fs_type(directory),
-                'fallocate': fsprobe.supports_fallocate(directory),
-                'free_bytes': fsprobe.free_bytes(directory),
-            }
+            fd = owner.open_directory(directory)
+            try:
+                vfs = os.fstatvfs(fd)
+                self._fs = {
+                    'instances_path': path,
+                    'exists': directory == path,
+                    'directory': directory,
+                    'fs_type': fsprobe.fs_type(directory),
+                    'fallocate': probe_fallocate(fd, directory),
+                    'free_bytes': vfs.f_bavail * vfs.f_frsize,
+                }
+            finally:
+                os.close(fd)
         return self._fs
 
     def fs_facts(self):

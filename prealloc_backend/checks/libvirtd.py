@@ -28,6 +28,10 @@ the guest XML of a qcow2 disk carries ``<metadata_cache>``, which libvirt
 element: the disk then gets QEMU's default cache). The check runs the
 daemon's ``--version`` (virtqemud, else libvirtd) and reports the cache the
 plan (``policy.make_plan``) gives a disk of ``--disk-size``.
+
+Both run as the command's user (root) and write nothing: they read
+qemu.conf and run the daemon's ``--version`` from the system's sbin
+directories.
 """
 
 import pwd

@@ -19,16 +19,26 @@ overlay of a raw base with the plan's layout (``policy.make_plan`` for the
 host's mode; metadata when the host's mode is none, since flavors may ask
 for more), read it back with ``qemu-img info``, and grow it with the same
 preallocation. The scratch directory is removed whatever happens.
+
+Who does what: ``qemu-img --version`` runs as the caller (root). Everything
+in instances_path (the scratch directory, its base and overlay, the three
+qemu-img runs on them) happens in a child process working in the directory
+held open (checks/owner.py): as its owner, the nova user, when root runs the
+check; as root only in a root-owned directory nobody else may write to. The
+child makes the scratch directory with a random name, opens it without
+following symlinks, creates both files there with O_CREAT | O_EXCL |
+O_NOFOLLOW relative to that descriptor, and runs qemu-img from inside it on
+relative names: no name is looked up from instances_path again.
 """
 
 import os
 import re
-import shutil
-import tempfile
+import sys
 import types
 
 from oslo_utils import units
 
+from prealloc_backend.checks import owner
 from prealloc_backend.checks import result
 from prealloc_backend import exception
 from prealloc_backend import modes
@@ -87,32 +97,102 @@ def _layout(plan):
         cluster_size=plan.cluster_size or policy.QEMU_DEFAULT_CLUSTER)
 
 
-def try_overlay(directory, plan):
-    """Create, inspect and grow a small overlay in ``directory`` made as
-    ``plan`` says; return its allocated bytes before and after growing.
+SCRATCH_PREFIX = '.prealloc-check-'
+BASE_NAME = 'base.raw'
+OVERLAY_NAME = 'overlay.qcow2'
+# Files the step makes: new, never through a symlink, never an old file.
+CREATE_FLAGS = (os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC |
+                os.O_RDWR)
+
+
+def _no_prlimit_wrapper():
+    """NOTE: qemu.execute gives every qemu-img run prlimits, which
+    oslo.concurrency's processutils.execute applies by running
+    ``sys.executable -m oslo_concurrency.prlimit`` (python_exec defaults to
+    sys.executable). The child has dropped to the nova user, who may not be
+    allowed to run the interpreter root runs this command with (a
+    virtualenv under /root): then this child's qemu-img runs go without
+    the wrapper. They only read and write the two files the child just
+    made; the limits guard against untrusted images.
     """
-    layout = _layout(plan)
-    workdir = tempfile.mkdtemp(prefix='.prealloc-check-', dir=directory)
+    if os.access(sys.executable, os.X_OK):
+        return
+    qemu.limits = lambda heavy=False: None
+
+
+def _overlay_step(fd, plan_layout, directory):
+    """In the child (as the owner of ``fd``, working in it): make the
+    scratch directory, the base and the overlay; return the allocations.
+    """
+    _no_prlimit_wrapper()
+    layout = types.SimpleNamespace(
+        preallocation=policy.Qcow2Preallocation(plan_layout['preallocation']),
+        extended_l2=plan_layout['extended_l2'],
+        cluster_size=plan_layout['cluster_size'])
+    name = SCRATCH_PREFIX + os.urandom(8).hex()
+    workdir = os.path.join(directory, name)
+    os.mkdir(name, 0o700, dir_fd=fd)
+    work = base = overlay = None
     try:
-        base = os.path.join(workdir, 'base.raw')
-        with open(base, 'wb') as f:
-            f.write(b'prealloc-check' * (PROBE_BASE_BYTES // 14))
-            f.truncate(PROBE_BASE_BYTES)
-        overlay = os.path.join(workdir, 'overlay.qcow2')
-        qemu.create_overlay(overlay, PROBE_OVERLAY_BYTES, base, 'raw',
-                            layout, timeout=TIMEOUT)
-        qemu.check_overlay(overlay, PROBE_OVERLAY_BYTES, base, layout)
-        allocated = os.stat(overlay).st_blocks * 512
-        qemu.resize(overlay, 'qcow2', PROBE_GROWN_BYTES,
+        work = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
+                       os.O_CLOEXEC, dir_fd=fd)
+        os.fchdir(work)
+        base = os.open(BASE_NAME, CREATE_FLAGS, 0o600, dir_fd=work)
+        pattern = b'prealloc-check' * (PROBE_BASE_BYTES // 14)
+        os.write(base, pattern)
+        os.ftruncate(base, PROBE_BASE_BYTES)
+        overlay = os.open(OVERLAY_NAME, CREATE_FLAGS, 0o600, dir_fd=work)
+        qemu.create_overlay(OVERLAY_NAME, PROBE_OVERLAY_BYTES, BASE_NAME,
+                            'raw', layout, timeout=TIMEOUT)
+        qemu.check_overlay(OVERLAY_NAME, PROBE_OVERLAY_BYTES, BASE_NAME,
+                           layout)
+        allocated = os.fstat(overlay).st_blocks * 512
+        qemu.resize(OVERLAY_NAME, 'qcow2', PROBE_GROWN_BYTES,
                     layout.preallocation if layout.extended_l2
                     else policy.Qcow2Preallocation.OFF, timeout=TIMEOUT)
-        grown = os.stat(overlay).st_blocks * 512
+        grown = os.fstat(overlay).st_blocks * 512
         return {'allocated_bytes': allocated,
                 'grown_allocated_bytes': grown}
     except OSError as exc:
         raise exception.AllocationFailed(path=workdir, reason=str(exc))
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        for descriptor in (base, overlay):
+            if descriptor is not None:
+                os.close(descriptor)
+        if work is not None:
+            for entry in (BASE_NAME, OVERLAY_NAME):
+                try:
+                    os.unlink(entry, dir_fd=work)
+                except FileNotFoundError:
+                    pass
+            os.close(work)
+        try:
+            os.rmdir(name, dir_fd=fd)
+        except OSError:
+            pass
+
+
+def try_overlay(directory, plan):
+    """Create, inspect and grow a small overlay in a scratch directory of
+    ``directory`` made as ``plan`` says, in a child process (as the
+    directory's owner when root runs this); return its allocated bytes
+    before and after growing.
+    """
+    layout = _layout(plan)
+    fd = owner.open_directory(directory)
+    try:
+        creds = owner.credentials_for(fd, directory)
+        return owner.run_in(
+            fd, directory, _overlay_step,
+            {'preallocation': layout.preallocation.value,
+             'extended_l2': layout.extended_l2,
+             'cluster_size': layout.cluster_size}, directory, creds=creds)
+    except owner.UnsafeDirectory as exc:
+        raise exception.PreallocError(str(exc))
+    except owner.StepFailed as exc:
+        raise exception.PreallocError(exc.message)
+    finally:
+        os.close(fd)
 
 
 def check_qemu_img(host):

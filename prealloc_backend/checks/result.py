@@ -18,6 +18,7 @@ facts measured once for all checks. A Result carries oslo.upgradecheck's
 Code (SUCCESS, WARNING, FAILURE), one paragraph of details, the fix (a
 sentence telling the operator what to change, for WARNING and FAILURE) and
 the facts measured, which ``--json`` prints for configuration management.
+Nothing here touches the filesystem.
 """
 
 from oslo_upgradecheck import upgradecheck

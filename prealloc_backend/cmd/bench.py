@@ -21,6 +21,15 @@ prealloc_backend.bench. Exit status: 0 when every case ran (figures that
 cannot be measured here are not shown, each with the reason), 1 when one
 failed, 2 when the run could not start. Targets missed do not change it:
 they are findings, read them in the report or in ``--json``.
+
+Who runs what: everything runs as the user who started the command, and
+works by path. Run by root, it starts only in a directory nobody else can
+change (root's, as is every directory above it, none writable by another
+user; checks/owner.refusal_as_root), so nova's instances_path, the default,
+is refused with the command to run instead: the same run as the nova user
+(``sudo -u nova prealloc-backend bench``), which measures the filesystem
+nova-compute writes to with nova's own rights. The --json and --plot files
+are written as that same user.
 """
 
 import argparse
@@ -31,6 +40,7 @@ import shutil
 import sys
 import warnings
 
+COMMAND = 'prealloc-backend bench'
 DEFAULT_DIRS = ('/var/lib/nova/instances',)
 TOOLS = ('qemu-img', 'qemu-io', 'filefrag')
 
@@ -41,7 +51,11 @@ def add_arguments(parser):
         help='Directory on the filesystem to measure (a scratch directory '
              'is made in it and removed after). Default: '
              '/var/lib/nova/instances when it exists, else the current '
-             'directory. The default run needs about 5 GiB free there.')
+             'directory. The default run needs about 5 GiB free there. '
+             'Run as root, only a directory root owns, as it owns every '
+             'directory above it, none writable by another user; to '
+             'measure nova\'s instances_path, run as the nova user (sudo '
+             '-u nova).')
     parser.add_argument(
         '--json', metavar='FILE',
         help='Also write every figure, sample and target as JSON to FILE.')
@@ -113,6 +127,10 @@ def _preflight(directory):
     if missing:
         return ('%s not found: install qemu-utils (qemu-img, qemu-io) and '
                 'e2fsprogs (filefrag)' % ', '.join(missing))
+    from prealloc_backend.checks import owner
+    reason = owner.refusal_as_root(directory, COMMAND)
+    if reason:
+        return reason
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
@@ -141,7 +159,8 @@ def run(args):
         if message:
             print('prealloc-backend bench: %s' % message, file=sys.stderr)
             return 2
-    directory = os.path.abspath(_directory(args))
+    # By its real path: a symlink on the way is looked up once, here.
+    directory = os.path.realpath(_directory(args))
     reason = _preflight(directory)
     if reason:
         print('prealloc-backend bench: %s' % reason, file=sys.stderr)

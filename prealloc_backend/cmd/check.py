@@ -23,6 +23,10 @@ none is given) and runs the checks of prealloc_backend.checks, one concern
 each, in order. This module is the command line only: arguments, loading
 the configuration, running the checks, printing the table or the JSON.
 
+Run it as root. What it writes, it writes in instances_path as the owner of
+that directory (the nova user), in a child process (see checks/owner.py,
+checks/host.py, checks/qemu_img.py); everything else it only reads.
+
 The checks follow oslo.upgradecheck (as ``nova-status upgrade check``):
 each returns a Result of Code SUCCESS, WARNING or FAILURE, and the exit
 status is the highest code: 0 all good; 1 warnings, spawns work but not
@@ -45,6 +49,7 @@ import prettytable
 
 from prealloc_backend import checks
 from prealloc_backend.checks import host as check_host
+from prealloc_backend.checks import owner
 from prealloc_backend.checks import result
 from prealloc_backend import conf as pb_conf
 from prealloc_backend import exception
@@ -151,6 +156,14 @@ class HostChecks(upgradecheck.UpgradeCommands):
                 res = result.failure(
                     exc.format_message(),
                     'See the message: spawns fail the same way.')
+            except owner.UnsafeDirectory as exc:
+                res = result.failure('Not checked: %s' % exc,
+                                     'See the message.')
+            except owner.StepFailed as exc:
+                res = result.failure(
+                    'Not checked: the probe in instances_path failed: %s'
+                    % exc.message,
+                    'See the message: the nova user meets the same error.')
             results.append((name, res))
         return results
 

@@ -29,6 +29,10 @@ from prealloc_backend.bench import workloads
 from tests import base
 
 
+# The rows of the random-read workload measured on a 1 GiB filesystem.
+READ_ROWS = ('raw-sparse', 'nova-none', 'plugin-none', 'plugin-metadata')
+
+
 class SkipTestCase(base.TestCase):
 
     def test_creation_on_a_small_filesystem(self):
@@ -61,18 +65,37 @@ class SkipTestCase(base.TestCase):
                                r'on %s' % fs.path)
         self.assertNotIn('Traceback', text)
 
-    def test_reads_on_a_small_filesystem(self):
+    def _reads(self, min_seconds, read_points=2048):
+        """The random-read rows on a small filesystem, runs shorter than
+        ``min_seconds`` not shown.
+        """
         fs = self.use_loop_fs('ext4', 1024)
-        config = dataclasses.replace(engine.QUICK, reps=1, read_points=2048,
-                                     small_base=units.Mi, cluster_sweep=())
+        config = dataclasses.replace(engine.QUICK, reps=1,
+                                     read_points=read_points,
+                                     small_base=units.Mi, cluster_sweep=(),
+                                     min_seconds=min_seconds)
         with engine.Bench(fs.path, config) as bench:
             out = bench.run_workload(workloads.RandomReads())
         rows = {row['variant']: row for row in out['cases']}
         self.assertIn('cannot be reserved here: needs 1 TiB',
                       rows['plugin-space']['skip'])
-        for key in ('raw-sparse', 'nova-none', 'plugin-none',
-                    'plugin-metadata'):
+        return out, rows
+
+    def test_reads_on_a_small_filesystem(self):
+        # No floor: every run is timed, however fast the machine.
+        out, rows = self._reads(min_seconds=0.0)
+        for key in READ_ROWS:
             self.assertIsNone(rows[key]['error'], key)
+            self.assertIsNone(rows[key]['skip'], key)
             self.assertIsNotNone(rows[key]['median'], key)
         report.add_ratios(out)
         self.assertIn('raw-sparse', rows['plugin-metadata']['ratios'])
+
+    def test_too_short_reads_are_not_shown(self):
+        # A floor no run of this size reaches: every row is too short.
+        _out, rows = self._reads(min_seconds=3600.0, read_points=256)
+        for key in READ_ROWS:
+            self.assertIsNone(rows[key]['error'], key)
+            self.assertIsNone(rows[key]['median'], key)
+            self.assertIn('too short to time honestly', rows[key]['skip'])
+            self.assertIn('under 3600.00 s', rows[key]['skip'])

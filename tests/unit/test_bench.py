@@ -403,17 +403,22 @@ class ToolsTestCase(base.TestCase):
         with open(path, 'wb') as f:
             f.truncate(64 * units.Mi)
         opts = tools.image_opts(path, 'raw', 'native')
-        # 256 writes of 64 KiB at queue depth 1 with a flush after each:
-        # long enough for qemu-img's own timer.
+        # 256 writes of 64 KiB at queue depth 1 with a flush after each,
+        # timed whatever their length (no floor).
         seconds = tools.bench(opts, count=256, size=65536, depth=1,
-                              flush_interval=1)
-        self.assertGreaterEqual(seconds, tools.MIN_SECONDS)
+                              flush_interval=1, min_seconds=0.0)
+        self.assertGreaterEqual(seconds, 0.0)
         with open(path, 'rb') as f:
             self.assertEqual(bytes([90]) * 65536, f.read(65536))
-        # Two reads are far too short to time: refused, not reported.
+        # Two reads under a floor they cannot reach: refused, not reported.
         exc = self.assertRaises(tools.TooShort, tools.qemu_io, opts,
-                                [(0, 4096), (units.Mi, 4096)])
+                                [(0, 4096), (units.Mi, 4096)],
+                                min_seconds=3600.0)
         self.assertIn('too short to time honestly', str(exc))
+        self.assertIn('under 3600.00 s', str(exc))
+        # The same reads without a floor are timed.
+        self.assertGreater(tools.qemu_io(opts, [(0, 4096), (units.Mi, 4096)],
+                                         min_seconds=0.0), 0)
         tools.qemu_io_prepare(opts, [(units.Mi, 4096)])
         with open(path, 'rb') as f:
             f.seek(units.Mi)
@@ -426,6 +431,22 @@ class ToolsTestCase(base.TestCase):
     def test_check_direct_io(self):
         self.assertIsNone(tools.check_direct_io(self.instances_path, 512))
         self.assertEqual([], os.listdir(self.instances_path))
+
+    def test_check_direct_io_opens_no_planted_name(self):
+        # The old fixed name, planted as a symlink to another file: the
+        # probe neither writes through it nor removes it.
+        target = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                              'target')
+        with open(target, 'wb') as f:
+            f.write(b'x' * 8192)
+        planted = os.path.join(self.instances_path, '.bench-direct-probe')
+        os.symlink(target, planted)
+        self.assertIsNone(tools.check_direct_io(self.instances_path, 512))
+        with open(target, 'rb') as f:
+            self.assertEqual(b'x' * 8192, f.read())
+        self.assertEqual(['.bench-direct-probe'],
+                         os.listdir(self.instances_path))
+        self.assertEqual(target, os.readlink(planted))
 
 
 class VariantsTestCase(base.TestCase):
@@ -728,10 +749,10 @@ class CommandTestCase(base.TestCase):
         # has it since Linux 6.6): the open(2) answer is simulated.
         real_open = os.open
 
-        def fake_open(path, flags, *args):
+        def fake_open(path, flags, *args, **kwargs):
             if flags & os.O_DIRECT:
                 raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-            return real_open(path, flags, *args)
+            return real_open(path, flags, *args, **kwargs)
 
         with mock.patch('os.open', fake_open):
             reason = cmd_bench._preflight(self.instances_path)
