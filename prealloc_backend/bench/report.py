@@ -397,7 +397,7 @@ def seed_lines(result):
 
 
 def target_lines(targets, quick=False):
-    lines = ['Targets (issue 14; median of the paired ratios [min-max]%s)'
+    lines = ['Targets (median of the paired ratios [min-max]%s)'
              % ('; a --quick run is indicative only: small disks'
                 if quick else '')]
     for target in targets:

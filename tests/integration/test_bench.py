@@ -69,4 +69,4 @@ class CommandRunTestCase(base.TestCase):
         self.assertIn('flush-4k: plugin none / stock nova (none)', names)
         for target in data['targets']:
             self.assertTrue(target['met'] is not None or target['why'])
-        self.assertIn('Targets (issue 14', proc.stdout)
+        self.assertIn('Targets (median of the paired ratios', proc.stdout)

@@ -358,7 +358,7 @@ class TableTestCase(base.TestCase):
         self.assertIn('every disk opened with cache=none (cache.direct=on) '
                       'and aio=native, whatever its variant', text)
         self.assertIn('The seeds\' tables', text)
-        self.assertIn('Targets (issue 14', text)
+        self.assertIn('Targets (median of the paired ratios', text)
 
 
 class ToolsTestCase(base.TestCase):
