@@ -335,6 +335,18 @@ def prepare(argv, environ):
                    '--privsep_sock_path', pinned]
 
 
+def log_overrides(conf):
+    """Make oslo.log ignore root's log_config_append, log_file and
+    log_dir (overrides survive helper_main's parsing of its arguments and
+    configuration files).
+    """
+    from oslo_log import log as logging
+
+    logging.register_options(conf)
+    for name, value in LOG_OVERRIDES.items():
+        conf.set_override(name, value)
+
+
 def main():
     try:
         args = prepare(sys.argv[1:], os.environ)
@@ -344,11 +356,8 @@ def main():
     # Only now: oslo.config, oslo.log and oslo.privsep, in a clean
     # environment.
     from oslo_config import cfg
-    from oslo_log import log as logging
     from oslo_privsep import daemon
 
-    logging.register_options(cfg.CONF)
-    for name, value in LOG_OVERRIDES.items():
-        cfg.CONF.set_override(name, value)
+    log_overrides(cfg.CONF)
     sys.argv[1:] = args
     daemon.helper_main()
