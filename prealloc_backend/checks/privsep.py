@@ -420,9 +420,11 @@ def check_config_paths(files, dirs, user, found):
                      os.path.join(base, 'privsep.conf.d')]
     paths = list(files) + list(dirs)
     paths += [os.path.dirname(path) for path in files]
+    reported = set()
     for path in dict.fromkeys(paths + defaults):
         why = privsep_helper.changeable_by(path, *user)
-        if why:
+        if why and why not in reported:
+            reported.add(why)
             found.problem(
                 Code.FAILURE, 'The daemon reads its configuration from %s, '
                 'which %s can change (%s): it would choose the daemon\'s '
