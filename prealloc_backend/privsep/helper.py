@@ -293,7 +293,11 @@ def pin_socket(sock_path, uid):
 
 
 def check_interpreter(environ, uid, gids):
-    """Refuse to go on where the caller already steered this Python."""
+    """Refuse to go on where the caller already steered this Python
+    (root, started without sudo, is trusted with its own environment).
+    """
+    if uid == 0:
+        return
     tainted = sorted(k for k in environ if k.startswith('PYTHON'))
     if tainted:
         raise Refused('sudo passed %s: Python honoured it before this '

@@ -298,9 +298,12 @@ class PrepareTestCase(base.BaseTestCase):
     def test_python_variables_refused(self):
         environ = {'PYTHONPATH': '/home/nova/lib',
                    'SUDO_UID': str(os.getuid())}
-        exc = self.assertRaises(helper.Refused, helper.prepare, self.argv,
-                                environ)
+        exc = self.assertRaises(helper.Refused, helper.check_interpreter,
+                                environ, OTHER_UID, frozenset([OTHER_GID]))
         self.assertIn('sudo passed PYTHONPATH', str(exc))
+        # Root started it itself: its own environment.
+        self.assertIsNone(helper.check_interpreter(environ, 0,
+                                                   frozenset([0])))
 
     def test_configuration_of_the_caller_refused(self):
         if os.geteuid() != 0:
