@@ -388,3 +388,23 @@ class TestSudoRoute(PrivsepCase):
         self.assertIn('prealloc-privsep-helper logs to stderr only',
                       res.details)
         self.assertEqual(result.Code.WARNING, res.code, res.details)
+
+
+class TestRootHelperBoundary(RootHelperCase):
+
+    def test_builtin_rule_is_no_boundary(self):
+        if os.geteuid() != 0:
+            self.skipTest('chown to the nova user: root only')
+        os.chown(self.instances, NOVA_UID, NOVA_UID)
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.checks.privsep.helper_imports',
+            lambda helper, found: []))
+        self.write_rootwrap(BIN)
+        res = self.check(mode='none')
+        self.assertIn("nova-rootwrap lets uid %d run privsep-helper as root "
+                      "with any arguments (oslo.rootwrap's built-in rule)"
+                      % NOVA_UID, res.details)
+        self.assertIn('Not a boundary against the nova user', res.details)
+        self.assertIn('helper_command = sudo /usr/bin/prealloc-privsep-helper',
+                      res.fix)
+        self.assertNotEqual(result.Code.SUCCESS, res.code)
