@@ -13,8 +13,9 @@
 """etc/prealloc_backend.sudoers, judged by sudo itself.
 
 The way README gives to close oslo.rootwrap's built-in privsep-helper rule
-(attack 5 of issue 12): a sudo rule with fixed arguments plus
-``[prealloc_backend_privsep] helper_command``. The command line is the one
+(attack 5 of issue 12): a sudo rule with fixed arguments for
+prealloc-privsep-helper (issue 20) plus ``[prealloc_backend_privsep]
+helper_command``. The command line is the one
 oslo.privsep builds for the plugin's context (its own helper_command() and
 socket directory from tempfile.mkdtemp()), asked of ``sudo -l -U`` for a
 user made for the test, with the rule installed in /etc/sudoers.d for the
@@ -33,11 +34,11 @@ from oslo_config import cfg
 from oslotest import base
 
 import prealloc_backend.privsep
+from tests.privileged import test_privsep_helper_sudo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 SUDOERS = os.path.join(ROOT, 'etc', 'prealloc_backend.sudoers')
-HELPER = '/usr/bin/privsep-helper'
 
 
 class SudoersRuleTestCase(base.BaseTestCase):
@@ -54,17 +55,13 @@ class SudoersRuleTestCase(base.BaseTestCase):
         self.addCleanup(subprocess.run, ['userdel', self.user],
                         capture_output=True)
         pwd.getpwnam(self.user)
-        # The shipped rule, for the test's user, naming a privsep-helper
-        # that exists (sudo -l answers only for existing commands).
-        self.helper = shutil.which('privsep-helper')
-        with open(SUDOERS) as f:
-            rule = f.read().replace('nova ALL', self.user + ' ALL')
-        rule = rule.replace(HELPER, self.helper)
-        self.rule = '/etc/sudoers.d/prealloc-test-' + self.user
-        with open(self.rule, 'w') as f:
-            f.write(rule)
-        os.chmod(self.rule, 0o440)
-        self.addCleanup(os.unlink, self.rule)
+        # The shipped rule, for the test's user, naming the program that
+        # exists in this venv (sudo -l answers only for existing commands).
+        rule = self.useFixture(test_privsep_helper_sudo.SudoRule(
+            self.user, '/etc/nova/nova.conf'))
+        self.helper = rule.program
+        self.assertEqual('prealloc-privsep-helper',
+                         os.path.basename(self.helper))
 
     def allowed(self, argv):
         return subprocess.run(['sudo', '-l', '-U', self.user] + argv,
