@@ -190,7 +190,7 @@ def via_helper_command(host, helper_command, found):
             % (theirs, ', '.join(files + dirs) or 'no --config-file, so '
                'nova.conf is not read', ours),
             "Pass nova-compute's configuration files to the helper: "
-            'helper_command = sudo privsep-helper --config-file '
+            'helper_command = sudo prealloc-privsep-helper --config-file '
             '/etc/nova/nova.conf (oslo.privsep adds --privsep_context and '
             '--privsep_sock_path).')
     helper = next((a for a in argv
@@ -724,8 +724,8 @@ def check_privsep(host):
     fix = ' '.join(dict.fromkeys(p[2] for p in found.problems))
     if found.facts.get('method') == 'root_helper':
         fix += (' Or set [%s] helper_command instead (for example "sudo '
-                'privsep-helper --config-file /etc/nova/nova.conf").'
-                % ctx.cfg_section)
+                'prealloc-privsep-helper --config-file /etc/nova/nova.conf",'
+                ' with etc/prealloc_backend.sudoers).' % ctx.cfg_section)
     code = max(p[0] for p in found.problems)
     if found.security:
         return result.failure(
