@@ -407,14 +407,10 @@ class _PreallocImage:
         recorded, source = self._recorded_format()
         if recorded not in FORMATS:
             raise nova_exception.InvalidDiskFormat(disk_format=recorded)
-        header = header_format(self.path)
         if recorded == 'raw':
-            if not _is_raw_header(header):
-                LOG.info('%(path)s is recorded raw (%(source)s); the %(hdr)s '
-                         'header its guest wrote is data, handled as raw',
-                         {'path': self.path, 'source': source,
-                          'hdr': header})
+            # Not even read: whatever the first bytes say is data.
             return policy.DiskFormat.RAW
+        header = header_format(self.path)
         if header != recorded:
             raise exception.DiskFormatMismatch(
                 path=self.path, recorded=recorded, source=source,
