@@ -782,13 +782,17 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
 
     def create_image(self, prepare_template, base, size, safe=False, *args,
                      **kwargs):
-        if self.exists() and self._disk_format() is policy.DiskFormat.RAW:
-            # A raw disk (from a raw host, before finish_migration converts
-            # it): only its base is made here, never nova's legacy-backing
-            # probe ('qemu-img info' without -f, which would believe a
-            # qcow2 header its guest wrote).
+        if self.exists():
+            # An existing disk (a migration's, a hard reboot's) whose base
+            # this host may not have yet: fetched first, as nova does, so
+            # that an overlay's backing file exists when it is checked.
             if not os.path.exists(base):
                 prepare_template(target=base, *args, **kwargs)
+        if self.exists() and self._disk_format() is policy.DiskFormat.RAW:
+            # A raw disk (from a raw host, before finish_migration converts
+            # it): only its base is checked here, never nova's
+            # legacy-backing probe ('qemu-img info' without -f, which would
+            # believe a qcow2 header its guest wrote).
             self._checked_base(base, safe)
             imagebackend._update_utime_ignore_eacces(base)
             return None
