@@ -788,14 +788,14 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
             # that an overlay's backing file exists when it is checked.
             if not os.path.exists(base):
                 prepare_template(target=base, *args, **kwargs)
-        if self.exists() and self._disk_format() is policy.DiskFormat.RAW:
-            # A raw disk (from a raw host, before finish_migration converts
-            # it): only its base is checked here, never nova's
-            # legacy-backing probe ('qemu-img info' without -f, which would
-            # believe a qcow2 header its guest wrote).
-            self._checked_base(base, safe)
-            imagebackend._update_utime_ignore_eacces(base)
-            return None
+            if self._disk_format() is policy.DiskFormat.RAW:
+                # A raw disk (from a raw host, before finish_migration
+                # converts it): only its base is checked here, never
+                # nova's legacy-backing probe ('qemu-img info' without -f,
+                # which would believe a qcow2 header its guest wrote).
+                self._checked_base(base, safe)
+                imagebackend._update_utime_ignore_eacces(base)
+                return None
         if self.exists() or self.prealloc_mode is modes.Mode.NONE:
             # An existing qcow2 disk, checked above (_disk_format): nova's
             # code only re-creates a legacy '_<size>' backing file here.
