@@ -35,8 +35,18 @@ disk operation (``_plan``: the flavor read there, the filesystem probed
 unless the mode is none) and executors carry it out: allocate.py (the
 blocks of a raw file), qcow2.py (overlays, growth), journal.py (the crash
 journal), qemu.py (qemu-img).
+
+A disk's format comes from nova's records, never from its header alone (a
+guest writes the first bytes of a raw disk): the source host's domain XML
+during a migration (``migration_formats``), else nova's disk.info, else
+the backend that made the disk. The header is read (format_inspector, no
+qemu-img) only to refuse a disk whose header and record disagree, and a
+qcow2 disk is checked (``check_qcow2_disk``) before any qemu-img command
+other than ``info -f qcow2`` runs on it. Everything here runs as the
+nova-compute user; only allocate.py's calls go to the privileged daemon.
 """
 
+import contextlib
 import json
 import os
 import threading
@@ -77,6 +87,172 @@ NOT_DISKS = ('kernel', 'ramdisk')
 
 _not_applied_lock = threading.Lock()
 _not_applied_logged = set()
+
+# Header formats (format_inspector's names) that are raw data for QEMU.
+RAW_HEADERS = ('raw', 'gpt', 'iso')
+# Formats the plugin grows and allocates.
+FORMATS = {'raw': policy.DiskFormat.RAW, 'qcow2': policy.DiskFormat.QCOW2}
+# qemu-img's names of format_inspector's formats, where they differ.
+QEMU_NAMES = {'vhd': 'vpc'}
+# Formats a qcow2 instance disk's backing file may have.
+BACKING_FORMATS = ('raw', 'qcow2')
+
+# The formats the source host's domain XML gave the disks of the instance
+# whose migration this thread is finishing (see migration_formats).
+_migration = threading.local()
+
+
+@contextlib.contextmanager
+def migration_formats(instance_uuid, formats):
+    """While the block runs in this thread, ``formats`` ({disk file name:
+    format}) is the record of the disks of ``instance_uuid``: what the
+    source host's domain XML said (finish_migration's disk_info), the
+    format QEMU opened each disk with there. It wins over disk.info, which
+    a move can leave stale or lose.
+    """
+    previous = getattr(_migration, 'record', None)
+    _migration.record = (instance_uuid, dict(formats))
+    try:
+        yield
+    finally:
+        _migration.record = previous
+
+
+def _migration_format(path):
+    record = getattr(_migration, 'record', None)
+    if not record:
+        return None
+    uuid, formats = record
+    if os.path.basename(os.path.dirname(path)) != uuid:
+        return None
+    return formats.get(os.path.basename(path))
+
+
+def converted(path, fmt):
+    """nova converted the disk at ``path`` to ``fmt`` while a migration is
+    finished here: the record says so from now on (disk.info, and the
+    migration's record for the rest of the move).
+    """
+    record = getattr(_migration, 'record', None)
+    if record and os.path.basename(os.path.dirname(path)) == record[0]:
+        record[1][os.path.basename(path)] = fmt
+    record_format(path, fmt)
+
+
+def header_format(path):
+    """The format a disk's header claims (format_inspector's name, 'raw'
+    when nothing matches): read, never believed alone. No qemu-img runs.
+    """
+    try:
+        inspector = format_inspector.detect_file_format(path)
+    except format_inspector.ImageFormatError as exc:
+        return 'ambiguous (%s)' % exc
+    return str(inspector) if inspector is not None else 'raw'
+
+
+def _is_raw_header(header):
+    return header in RAW_HEADERS
+
+
+def cache_dir():
+    """nova's image cache directory of this host's instances_path."""
+    return os.path.join(CONF.instances_path,
+                        CONF.image_cache.subdirectory_name)
+
+
+def _refuse(path, reason):
+    raise exception.UnsafeDiskHeader(path=path, reason=reason,
+                                     cache_dir=cache_dir())
+
+
+def _no_data_file(disk, path, what):
+    """Refuse a qcow2 file whose header names a data-file (read with
+    format_inspector, before qemu-img opens it and the data-file with it).
+    """
+    inspector = format_inspector.QcowInspector()
+    with open(path, 'rb') as f:
+        inspector.eat_chunk(f.read(64 * 1024))
+    if not inspector.format_match:
+        _refuse(disk, '%s is not a qcow2 file' % what)
+    # NOTE: not check_unknown_features: oslo.utils counts extended_l2
+    # (incompatible feature bit 4, the plugin's overlays) as unknown.
+    try:
+        inspector.check_data_file()
+    except format_inspector.SafetyViolation as exc:
+        _refuse(disk, '%s: %s' % (what, exc))
+
+
+def check_qcow2_disk(path):
+    """Refuse (UnsafeDiskHeader, an InvalidDiskInfo) the qcow2 instance
+    disk at ``path`` unless it has no data-file and its backing file, if
+    any, resolves beneath this instances_path's image cache directory, is
+    a raw or qcow2 regular file of that format, with neither a backing file
+    nor a data-file of its own. Only ``qemu-img info -f`` runs, after
+    format_inspector found no data-file.
+
+    Returns (the backing file's absolute name or None, its format or
+    None).
+    """
+    _no_data_file(path, path, 'the disk')
+    info = qemu.info(path, 'qcow2')
+    specific = info.get('format-specific', {}).get('data', {})
+    if specific.get('data-file'):
+        _refuse(path, 'it has data-file %r' % specific['data-file'])
+    named = info.get('backing-filename')
+    if not named:
+        return None, None
+    backing_fmt = info.get('backing-filename-format')
+    if backing_fmt not in BACKING_FORMATS:
+        _refuse(path, 'backing file %r has format %r, not raw or qcow2'
+                % (named, backing_fmt))
+    # qemu resolves a relative name against the disk's directory.
+    backing = os.path.abspath(os.path.join(os.path.dirname(path), named))
+    resolved = os.path.realpath(backing)
+    root = os.path.realpath(cache_dir())
+    if (os.path.commonpath([root, resolved]) != root or resolved == root or
+            not os.path.isfile(resolved)):
+        _refuse(path, 'backing file %r is not a file beneath %s'
+                % (named, root))
+    if backing_fmt == 'qcow2':
+        _no_data_file(path, backing, 'backing file %s' % backing)
+        base_info = qemu.info(backing, 'qcow2')
+        base_specific = base_info.get('format-specific', {}).get('data', {})
+        if base_info.get('backing-filename') or base_specific.get(
+                'data-file'):
+            _refuse(path, 'backing file %s has a backing file or data-file '
+                          'of its own' % backing)
+    return backing, backing_fmt
+
+
+def record_format(path, fmt):
+    """Record ``fmt`` as the format of ``path`` in its directory's
+    disk.info (nova's record), replacing any entry it had: written to a
+    temporary file renamed into place, as nova writes it.
+    """
+    disk_info_path = os.path.join(os.path.dirname(path), 'disk.info')
+    lock_path = os.path.join(CONF.instances_path, 'locks')
+
+    @nova_utils.synchronized(disk_info_path, external=False,
+                             lock_path=lock_path)
+    def write():
+        try:
+            with open(disk_info_path) as f:
+                dct = json.loads(f.read() or '{}')
+        except FileNotFoundError:
+            dct = {}
+        except ValueError:
+            raise nova_exception.InvalidDiskInfo(
+                reason='%s is not JSON' % disk_info_path)
+        if dct.get(path) == fmt:
+            return
+        dct[path] = fmt
+        tmp = disk_info_path + '.tmp'
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, 'w') as f:
+            f.write('%s\n' % json.dumps(dct))
+        os.rename(tmp, disk_info_path)
+
+    write()
 
 
 def _extra_specs(instance):
@@ -159,6 +335,7 @@ class _PreallocImage:
         # grown (see cache()), never here.
         self._prealloc_instance = instance
         self._extra = None
+        self._new_disk = False
         # nova's Image.cache() runs 'fallocate -n' on every sized call when
         # this is set: never on our disks, which we allocate ourselves.
         self.preallocate = False
@@ -199,21 +376,98 @@ class _PreallocImage:
         return policy.ExistingDisk(allocated_bytes=st.st_blocks * 512,
                                    virtual_size=st.st_size)
 
-    def _real_format(self):
-        """The disk's format read from its header, not from driver_format.
+    # The format of the disks this backend makes (its record of a disk
+    # nova's disk.info and the migration do not name).
+    MADE_AS = None
+    # True while cache() makes this disk (see _get_driver_format).
+    _new_disk = False
 
-        NOTE: a disk copied from a host whose disks are raw reaches a
-        qcow2 host's Qcow2 object still raw (finish_migration converts it
-        only after resize_image). nova's disk.info record wins over the
-        header when it says raw: a guest can write a qcow2 header at the
-        start of a raw disk.
+    def _recorded_format(self):
+        """(format, where it is recorded) of this disk by nova's records:
+        the source host's domain XML while a migration is finished here,
+        nova's disk.info, else the format this backend makes.
         """
-        inspector = format_inspector.detect_file_format(self.path)
-        found = str(inspector) if inspector is not None else 'raw'
-        if found == 'qcow2' and self._disk_info_format() == 'raw':
+        fmt = _migration_format(self.path)
+        if fmt:
+            return fmt, 'the source host\'s domain XML'
+        fmt = self._disk_info_format()
+        if fmt:
+            return fmt, self.disk_info_path
+        return self.MADE_AS, 'the %s backend that made it' % self.MADE_AS
+
+    def _disk_format(self):
+        """The DiskFormat of this existing disk by its record; refused when
+        the header disagrees (DiskFormatMismatch) and, for qcow2, unless
+        check_qcow2_disk passes.
+
+        A disk recorded raw is raw whatever its first bytes say: they are
+        its guest's data (nova's Flat, since CVE-2026-24708, runs qemu-img
+        on it with ``-f raw`` too).
+        """
+        recorded, source = self._recorded_format()
+        if recorded not in FORMATS:
+            raise nova_exception.InvalidDiskFormat(disk_format=recorded)
+        if recorded == 'raw':
+            # Not even read: whatever the first bytes say is data.
             return policy.DiskFormat.RAW
-        return (policy.DiskFormat.QCOW2 if found == 'qcow2'
-                else policy.DiskFormat.RAW)
+        header = header_format(self.path)
+        if header != recorded:
+            raise exception.DiskFormatMismatch(
+                path=self.path, recorded=recorded, source=source,
+                header=header)
+        check_qcow2_disk(self.path)
+        return policy.DiskFormat.QCOW2
+
+    def resolve_driver_format(self):
+        # NOTE: nova reads disk.info first and only asks
+        # _get_driver_format for a disk it does not list. While a migration
+        # is finished here the source's domain XML is the record: it wins,
+        # and replaces what disk.info said (a move can leave it stale: a
+        # disk converted to qcow2 stays 'raw' there, nova never rewrites an
+        # entry).
+        fmt = _migration_format(self.path)
+        if fmt and self.disk_info_path and os.path.exists(self.path):
+            header = header_format(self.path)
+            if fmt != 'raw' and header != fmt:
+                raise exception.DiskFormatMismatch(
+                    path=self.path, recorded=fmt,
+                    source='the source host\'s domain XML', header=header)
+            record_format(self.path, fmt)
+            return fmt
+        return super().resolve_driver_format()
+
+    def _get_driver_format(self):
+        """A disk disk.info does not list: never its header's word.
+
+        NOTE: nova's Flat asks ``qemu-img info`` without ``-f`` here and
+        records what the header says (nova bug 1221190's class): a raw
+        disk whose guest wrote a qcow2 header would be handed to QEMU as
+        qcow2, its backing file read for the guest.
+        """
+        if self.MADE_AS != 'raw' or not os.path.exists(self.path):
+            # nova's Qcow2: its own format (a disk recorded otherwise, or
+            # whose header disagrees, is refused by _disk_format when it
+            # is grown or allocated).
+            return super()._get_driver_format()
+        header = header_format(self.path)
+        if _is_raw_header(header):
+            return 'raw'
+        if self._new_disk and header in FORMATS:
+            # Just made by this cache() call, a copy of a base nova checked
+            # against its image (fetch_to_raw) before any guest ran on it:
+            # a qcow2 image kept qcow2 (force_raw_images = False).
+            return header
+        # No record but the backend's: raw. Not refused: this runs
+        # wherever nova builds the guest's XML (hard reboot, start), where
+        # an error would put an existing instance in ERROR.
+        LOG.warning('%(path)s is not in disk.info and its header says '
+                    '%(hdr)s: handled as raw, the format of the disks the '
+                    'raw backend makes (a header is its guest\'s data, never '
+                    'a record); if this disk really is %(hdr)s, record it '
+                    'in %(info)s',
+                    {'path': self.path, 'hdr': header,
+                     'info': self.disk_info_path})
+        return 'raw'
 
     def _disk_info_format(self):
         try:
@@ -232,11 +486,14 @@ class _PreallocImage:
         if created:
             self._check_space_for_new_disk(size)
         journal.begin(created)
+        self._new_disk = created
         try:
             super().cache(_flushed(fetch_func), filename, size, safe, *args,
                           **kwargs)
+            self._new_disk = False
             self._allocate_existing(created)
         except BaseException:
+            self._new_disk = False
             if created and self.exists():
                 LOG.warning('Removing %(path)s: creating it failed',
                             {'path': self.path})
@@ -327,29 +584,27 @@ class _PreallocImage:
                 self._prealloc_instance, self.path))
 
     def _grow(self, size):
-        """Grow the disk to ``size`` in its real format (raw or qcow2,
-        whatever driver_format says), preallocating as planned; then the
-        guest filesystem where nova would resize it.
+        """Grow the disk to ``size`` in its recorded format (raw or qcow2,
+        see _disk_format), preallocating as planned; then the guest
+        filesystem where nova would resize it.
         """
-        if self._real_format() is policy.DiskFormat.RAW:
-            # nova's own growth of a raw file (qemu-img resize -f raw,
-            # resize2fs); its blocks are allocated after cache().
-            disk_api.extend(
-                imgmodel.LocalFileImage(self.path, imgmodel.FORMAT_RAW),
-                size)
+        if self._disk_format() is policy.DiskFormat.RAW:
+            _grow_raw(self.path, size)
             return
         if self._grow_qcow2(size) and CONF.resize_fs_using_block_device:
             _resize_fs_like_nova(self.path)
 
     def _grow_qcow2(self, size):
-        """Grow a qcow2 file to ``size``, preallocating the new area."""
+        """Grow a qcow2 file (checked by _disk_format) to ``size``,
+        preallocating the new area.
+        """
         existing, info = qcow2.existing(self.path)
         if size <= existing.virtual_size:
             return False
         if (info.get('backing-filename') and not existing.extended_l2 and
                 self.prealloc_mode is not modes.Mode.NONE and
                 self._opts.qcow2_extended_l2):
-            self._relayout_overlay(info, existing.virtual_size)
+            self._relayout_overlay(existing.virtual_size)
             existing, info = qcow2.existing(self.path)
         plan = self._plan(policy.DiskFormat.QCOW2, size, existing=existing,
                           backing=bool(info.get('backing-filename')))
@@ -357,7 +612,7 @@ class _PreallocImage:
                    timeout=self._opts.allocation_timeout)
         return True
 
-    def _relayout_overlay(self, info, virtual_size):
+    def _relayout_overlay(self, virtual_size):
         """Rewrite an overlay without extended_l2 (stock nova's, or the
         plugin's mode none) with this mode's layout, before it grows.
 
@@ -371,9 +626,9 @@ class _PreallocImage:
         disk (resize, spawn), never under a running guest.
         """
         plan = self._plan(policy.DiskFormat.QCOW2, virtual_size)
-        backing = info.get('full-backing-filename') or info[
-            'backing-filename']
-        backing_fmt = info.get('backing-filename-format', 'raw')
+        # The backing file as check_qcow2_disk resolved and checked it,
+        # never as read from the header again.
+        backing, backing_fmt = check_qcow2_disk(self.path)
         if ',' in backing or ',' in backing_fmt:
             LOG.warning('%(path)s: backing file %(backing)r has a comma: '
                         'not rewritten, grown without preallocation',
@@ -428,6 +683,29 @@ class _PreallocImage:
         return info
 
 
+def _grow_raw(path, size):
+    """Grow the raw file at ``path`` to ``size`` as nova's disk.api.extend
+    does (``qemu-img resize -f raw``, then e2fsck/resize2fs when it holds
+    an ext filesystem), without its header-probing ``qemu-img info``.
+
+    NOTE: nova 34's extend() first asks ``qemu-img info`` without ``-f``
+    for the current size (can_resize_image): a raw disk's guest-written
+    qcow2 header would decide it, and qemu-img would open the data-file
+    that header names. A raw file's size is its length.
+    """
+    if size <= os.stat(path).st_size:
+        return
+    qemu.resize(path, 'raw', size, policy.Qcow2Preallocation.OFF)
+    image = imgmodel.LocalFileImage(path, imgmodel.FORMAT_RAW)
+    if not disk_api.is_image_extendable(image):
+        return
+    try:
+        disk_api.resize2fs(path, check_exit_code=[0])
+    except processutils.ProcessExecutionError as exc:
+        LOG.debug('Resizing the file system with resize2fs has failed with '
+                  'error: %s', exc)
+
+
 def _resize_fs_like_nova(path):
     """Resize the filesystem of a grown qcow2 disk as nova's disk.api.extend
     does with ``[DEFAULT] resize_fs_using_block_device = True``.
@@ -457,6 +735,8 @@ def _resize_fs_like_nova(path):
 class Flat(_PreallocImage, imagebackend.Flat):
     """nova's Flat (raw files, or qcow2 copies), allocated after creation."""
 
+    MADE_AS = 'raw'
+
     def __init__(self, instance=None, disk_name=None, path=None,
                  disk_info_mapping=None):
         super().__init__(instance=instance, disk_name=disk_name, path=path,
@@ -478,7 +758,7 @@ class Flat(_PreallocImage, imagebackend.Flat):
         # would grow it with 'qemu-img resize -f raw', extending the qcow2
         # file as raw data, after which a preallocating qcow2 grow fails.
         self.correct_format()
-        if self.driver_format == 'qcow2':
+        if self.driver_format in FORMATS:
             self._grow(size)
         else:
             super().resize_image(size)
@@ -498,6 +778,8 @@ class Flat(_PreallocImage, imagebackend.Flat):
 class Qcow2(_PreallocImage, imagebackend.Qcow2):
     """nova's Qcow2, with preallocated extended_l2 overlays."""
 
+    MADE_AS = 'qcow2'
+
     def __init__(self, instance=None, disk_name=None, path=None,
                  disk_info_mapping=None):
         super().__init__(instance=instance, disk_name=disk_name, path=path,
@@ -506,10 +788,24 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
 
     def create_image(self, prepare_template, base, size, safe=False, *args,
                      **kwargs):
+        if self.exists():
+            # An existing disk (a migration's, a hard reboot's) whose base
+            # this host may not have yet: fetched first, as nova does, so
+            # that an overlay's backing file exists when it is checked.
+            if not os.path.exists(base):
+                prepare_template(target=base, *args, **kwargs)
+            if self._disk_format() is policy.DiskFormat.RAW:
+                # A raw disk (from a raw host, before finish_migration
+                # converts it): only its base is checked here, never
+                # nova's legacy-backing probe ('qemu-img info' without -f,
+                # which would believe a qcow2 header its guest wrote).
+                self._checked_base(base, safe)
+                imagebackend._update_utime_ignore_eacces(base)
+                return None
         if self.exists() or self.prealloc_mode is modes.Mode.NONE:
-            # An existing disk: nova's code only re-creates a legacy
-            # '_<size>' backing file here. Mode none: nova's own overlay
-            # (see policy._none_plan).
+            # An existing qcow2 disk, checked above (_disk_format): nova's
+            # code only re-creates a legacy '_<size>' backing file here.
+            # Mode none: nova's own overlay (see policy._none_plan).
             return super().create_image(prepare_template, base, size, safe,
                                         *args, **kwargs)
         if not os.path.exists(base):
@@ -532,7 +828,7 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
     def _allocate_existing(self, created):
         if not self.exists() or created:
             return
-        if self._real_format() is policy.DiskFormat.RAW:
+        if self._disk_format() is policy.DiskFormat.RAW:
             # A raw disk in a qcow2 instance (a migration from a raw host,
             # before nova converts it): allocated as a raw file.
             if self.prealloc_mode is not modes.Mode.NONE:
@@ -554,7 +850,12 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
                             exc)
                 raise nova_exception.InvalidDiskInfo(
                     reason='Base image failed safety check')
-        base_info = images.qemu_img_info(base)
+        # -f: the format the safety-checked header of nova's own cache file
+        # says (nova's images.qemu_img_info would probe).
+        base_fmt = header_format(base)
+        base_info = images.qemu_img_info(
+            base, format='raw' if _is_raw_header(base_fmt) else
+            QEMU_NAMES.get(base_fmt, base_fmt))
         if base_info.file_format == 'vmdk':
             images.check_vmdk_image('base', base_info)
         try:

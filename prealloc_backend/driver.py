@@ -27,17 +27,21 @@ import os
 import shutil
 import sys
 import threading
+import typing as ty
 
 from nova.compute import task_states
 from nova.compute import utils as compute_utils
 from nova.compute import vm_states
+from nova import context as nova_context
 from nova import exception as nova_exception
+from nova.network import model as network_model
 from nova import objects
 import nova.virt
 from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_serialization import jsonutils
 from oslo_utils import units
 
 from prealloc_backend import backend
@@ -155,7 +159,14 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         extra_specs = backend._extra_specs(instance)
         mode = modes.instance_mode(CONF, extra_specs)
         if mode is modes.Mode.NONE:
-            return super()._disk_raw_to_qcow2(path)
+            super()._disk_raw_to_qcow2(path)
+        else:
+            self._convert_raw_to_qcow2(path, extra_specs, mode)
+        # NOTE: nova leaves disk.info saying 'raw' for the converted disk
+        # (it never rewrites an entry): the record now says what it is.
+        backend.converted(path, 'qcow2')
+
+    def _convert_raw_to_qcow2(self, path, extra_specs, mode):
         directory = os.path.dirname(path)
         plan = policy.make_plan(
             CONF.prealloc_backend, extra_specs, mode, policy.DiskFormat.QCOW2,
@@ -186,6 +197,36 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                  'preallocation=%(prealloc)s, cluster_size=%(cluster)d',
                  {'path': path, 'prealloc': plan.preallocation.value,
                   'cluster': plan.cluster_size})
+
+    def finish_migration(
+        self,
+        context: nova_context.RequestContext,
+        migration: 'objects.Migration',
+        instance: 'objects.Instance',
+        disk_info: str,
+        network_info: network_model.NetworkInfo,
+        image_meta: 'objects.ImageMeta',
+        resize_instance: bool,
+        allocations: dict[str, ty.Any],
+        block_device_info: dict[str, ty.Any] | None = None,
+        power_on: bool = True,
+        share_info: 'objects.ShareMappingList | None' = None,
+    ) -> None:
+        # NOTE: disk_info is the source host's list of the instance's disks,
+        # each with the format its domain XML gave QEMU ('type'): the
+        # record of each disk's format while the move is finished here,
+        # over disk.info (which the move may have lost or left stale) and
+        # never a header the guest wrote (backend.migration_formats).
+        formats = {}
+        for info in jsonutils.loads(disk_info or '[]'):
+            if info.get('path') and info.get('type'):
+                formats[os.path.basename(info['path'])] = info['type']
+        with backend.migration_formats(instance.uuid, formats):
+            return super().finish_migration(
+                context, migration, instance, disk_info, network_info,
+                image_meta, resize_instance, allocations,
+                block_device_info=block_device_info, power_on=power_on,
+                share_info=share_info)
 
     def _create_image(self, context, instance, disk_mapping, *args,
                       **kwargs):

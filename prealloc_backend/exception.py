@@ -170,3 +170,22 @@ class AllocationOutOfSpace(AllocationFailed):
                'an unprivileged user: %(needed)d bytes still needed, '
                '%(free)d bytes free (the blocks a filesystem reserves for '
                'root are never used)')
+
+
+class DiskFormatMismatch(nova_exception.InvalidDiskInfo):
+    """A disk's header says another format than nova's record of it.
+
+    An InvalidDiskInfo, as nova raises for a disk it will not open; its own
+    message (nova's is a bare 'Disk info file is invalid: %(reason)s').
+    """
+    msg_fmt = ('Refusing disk %(path)s: nova recorded it as %(recorded)s '
+               '(%(source)s) but its header says %(header)s; a disk\'s '
+               'format is never taken from a header its guest can write')
+
+
+class UnsafeDiskHeader(nova_exception.InvalidDiskInfo):
+    """A qcow2 instance disk whose header names what it must not."""
+    msg_fmt = ('Refusing qcow2 disk %(path)s: %(reason)s; an instance '
+               'disk\'s backing file must be a raw or qcow2 file beneath '
+               '%(cache_dir)s with no backing file or data-file of its own, '
+               'and the disk no data-file')

@@ -97,14 +97,17 @@ def _json(cmd_args, out, required):
     return data
 
 
-def info(path, fmt=None):
-    """``qemu-img info --output=json`` of path, checked: a dict with at least
-    virtual-size (int) and format (str).
+def info(path, fmt):
+    """``qemu-img info -f <fmt> --output=json`` of path, checked: a dict with
+    at least virtual-size (int) and format (str). ``fmt`` is required: the
+    format comes from nova's records, never from qemu-img's probe of a
+    header a guest may have written.
     """
-    args = ['info', '--output=json', '--force-share']
-    if fmt:
-        args += ['-f', fmt]
-    args.append(path)
+    if fmt not in ('raw', 'qcow2'):
+        raise exception.QemuImgError(
+            cmd='qemu-img info %s' % path, exit_code=None,
+            stderr='refused: format %r is not raw or qcow2' % (fmt,))
+    args = ['info', '--output=json', '--force-share', '-f', fmt, path]
     out = execute(*args, path=path)
     return _json(args, out, {'virtual-size': int, 'format': str})
 

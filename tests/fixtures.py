@@ -383,3 +383,49 @@ def privsep_call(name, path, offset=0, length=4096, unprivileged=False):
     module = prealloc_backend.privsep.fs
     func = getattr(module, ('unprivileged_' if unprivileged else '') + name)
     return func(path, offset, length)
+
+
+def write_guest_qcow2_header(disk, scratch, size, backing=None,
+                             data_file=None, backing_fmt='raw'):
+    """What a guest can do to its raw disk: write a real qcow2 header
+    (made by ``qemu-img create -f qcow2``, naming ``backing`` and/or
+    ``data_file``) into the disk's first bytes, in place. Returns the
+    header's bytes.
+
+    ``data_file`` must not exist yet (``qemu-img create`` makes it, empty):
+    the caller writes the host file's content into it afterwards.
+    """
+    header = os.path.join(scratch, 'guest-header-%d.qcow2' % os.getpid())
+    cmd = ['qemu-img', 'create', '-f', 'qcow2']
+    opts = []
+    if backing:
+        cmd += ['-u', '-b', backing, '-F', backing_fmt]
+    if data_file:
+        opts.append('data_file=%s' % data_file)
+    if opts:
+        cmd += ['-o', ','.join(opts)]
+    subprocess.run(cmd + [header, str(size)], check=True,
+                   capture_output=True)
+    with open(header, 'rb') as f:
+        data = f.read()
+    os.unlink(header)
+    fd = os.open(disk, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return data
+
+
+def contains(path, needle, chunk=4 * 1024 * 1024):
+    """``needle`` (bytes) occurs somewhere in the file at ``path``."""
+    tail = b''
+    with open(path, 'rb') as f:
+        while True:
+            block = f.read(chunk)
+            if not block:
+                return False
+            if needle in tail + block:
+                return True
+            tail = block[-len(needle):]

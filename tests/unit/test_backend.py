@@ -26,6 +26,7 @@ import subprocess
 
 import fixtures
 from lxml import etree
+from nova import exception as nova_exception
 from nova import objects
 from nova.virt.libvirt import imagebackend
 from oslo_utils import units
@@ -489,7 +490,11 @@ class TestFormatAwareGrowth(base.BackendTestCase):
         pb_fixtures.make_base(img.path, 'raw', base.BASE, 7)
         with open(img.path, 'rb') as f:
             before = f.read(base.BASE)
-        img.resize_image(base.DISK)
+        # The record finish_migration holds: the source's domain XML said
+        # raw (nova's Qcow2 constructor wrote 'qcow2' in disk.info for the
+        # disk before it existed).
+        with backend.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+            img.resize_image(base.DISK)
         info = pb_fixtures.qemu_img_info(img.path)
         self.assertEqual('raw', info['format'])
         self.assertEqual(base.DISK, info['virtual-size'])
@@ -537,3 +542,213 @@ class TestThinCopiedZeros(base.BackendTestCase):
         self.assertEqual(before, pb_fixtures.allocated(path))
         self.assertIn('left as it is', logs.output)
         self.assertIn('Operation not supported', logs.output)
+
+
+class TestFormatFromRecords(base.BackendTestCase):
+    """A disk's format comes from nova's records; a guest-written header
+    is refused where it disagrees with them, and a qcow2 disk whose header
+    names a file outside the image cache or a data-file is refused before
+    any qemu-img command but ``info -f`` runs on it (issue 20).
+    """
+
+    SECRET = b'HOST-SECRET-' * 64
+
+    def setUp(self):
+        super().setUp()
+        self.scratch = self.useFixture(fixtures.TempDir()).path
+        self.secret = os.path.join(self.scratch, 'secret')
+        with open(self.secret, 'wb') as f:
+            f.write(self.SECRET)
+        # A spy on every qemu-img the plugin runs (they still run).
+        self.qemu_cmds = []
+        real = qemu.execute
+
+        def spy(*args, **kwargs):
+            self.qemu_cmds.append(args)
+            return real(*args, **kwargs)
+
+        self.useFixture(fixtures.MockPatchObject(qemu, 'execute', spy))
+
+    def _raw_disk(self, images_type='raw', **header):
+        """A raw instance disk (nova's disk.info says raw) whose guest wrote
+        a qcow2 header naming ``header``'s backing file or data-file.
+        """
+        img = self.image(images_type, 'space', use_cow=images_type != 'raw')
+        os.makedirs(os.path.dirname(img.path), exist_ok=True)
+        pb_fixtures.make_base(img.path, 'raw', base.BASE, 3)
+        backend.record_format(img.path, 'raw')
+        # The header claims 1 GiB: code believing it would not grow the
+        # 64 MiB disk.
+        written = pb_fixtures.write_guest_qcow2_header(
+            img.path, self.scratch, units.Gi, **header)
+        return img, written
+
+    def _qcow2_disk(self, backing=None, backing_fmt='raw', data_file=None):
+        """A qcow2 instance disk recorded qcow2, made with this header."""
+        img = self.image('qcow2', 'space')
+        os.makedirs(os.path.dirname(img.path), exist_ok=True)
+        cmd = ['qemu-img', 'create', '-f', 'qcow2']
+        if backing:
+            cmd += ['-u', '-b', backing, '-F', backing_fmt]
+        if data_file:
+            cmd += ['-o', 'data_file=%s' % data_file]
+        subprocess.run(cmd + [img.path, str(base.BASE)], check=True,
+                       capture_output=True)
+        self.assertEqual('qcow2', img._disk_info_format())
+        return img
+
+    def assertOnlyInfo(self):
+        for cmd in self.qemu_cmds:
+            self.assertEqual('info', cmd[0], cmd)
+            self.assertIn('-f', cmd, cmd)
+
+    def assertSecretIntact(self):
+        with open(self.secret, 'rb') as f:
+            self.assertEqual(self.SECRET, f.read())
+
+    # -- raw disks: the record wins, the header is the guest's data -------
+
+    def test_raw_with_guest_header_grows_as_raw(self):
+        img, written = self._raw_disk(backing=self.secret)
+        img.resize_image(base.DISK)
+        self.assertEqual(base.DISK, os.path.getsize(img.path))
+        with open(img.path, 'rb') as f:
+            self.assertEqual(written, f.read(len(written)))
+        self.assertFalse(pb_fixtures.contains(img.path, self.SECRET[:24]))
+        for cmd in self.qemu_cmds:
+            self.assertIn('raw', cmd, cmd)
+        self.assertEqual('raw', img.driver_format)
+
+    def test_raw_with_data_file_header_on_qcow2_host(self):
+        data_file = os.path.join(self.scratch, 'data-file')
+        img, _written = self._raw_disk('qcow2', data_file=data_file)
+        with open(data_file, 'wb') as f:
+            f.write(self.SECRET)
+        with backend.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+            img.resize_image(base.DISK)
+        self.assertEqual(base.DISK, os.path.getsize(img.path))
+        with open(data_file, 'rb') as f:
+            self.assertEqual(self.SECRET, f.read())
+
+    def test_flat_without_record_keeps_raw(self):
+        img, _written = self._raw_disk(backing=self.secret)
+        os.unlink(img.disk_info_path)
+        logs = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        flat = backend.Backend(False).by_name(
+            self.instance, 'disk', 'raw', disk_info_mapping=base.MAPPING)
+        # nova's Flat would record the header's 'qcow2' (qemu-img info
+        # without -f) and hand the disk to QEMU as qcow2.
+        self.assertEqual('raw', flat.driver_format)
+        self.assertEqual('raw', flat._disk_info_format())
+        self.assertEqual([], self.qemu_cmds)
+        self.assertIn(img.path, logs.output)
+        self.assertIn('header says qcow2: handled as raw', logs.output)
+
+    def test_migration_record_beats_stale_disk_info(self):
+        img, _written = self._raw_disk(backing=self.secret)
+        backend.record_format(img.path, 'qcow2')  # stale or forged
+        with backend.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+            flat = backend.Backend(False).by_name(
+                self.instance, 'disk', 'raw', disk_info_mapping=base.MAPPING)
+            self.assertEqual('raw', flat.driver_format)
+        self.assertEqual('raw', flat._disk_info_format())
+
+    def test_migration_record_qcow2_with_raw_header_refused(self):
+        img, _written = self._raw_disk()
+        with open(img.path, 'r+b') as f:
+            f.write(b'\0' * 512)
+        with backend.migration_formats(self.instance.uuid,
+                                       {'disk': 'qcow2'}):
+            exc = self.assertRaises(
+                exception.DiskFormatMismatch, backend.Backend(False).by_name,
+                self.instance, 'disk', 'raw', disk_info_mapping=base.MAPPING)
+        self.assertIn(img.path, exc.format_message())
+        self.assertIn("source host's domain XML", exc.format_message())
+
+    # -- qcow2 disks: refused unless the header is what the record says,
+    # -- backed by the image cache only, without data-file -----------------
+
+    def test_recorded_qcow2_with_raw_header_refused(self):
+        img = self.image('qcow2', 'space')
+        os.makedirs(os.path.dirname(img.path), exist_ok=True)
+        pb_fixtures.make_base(img.path, 'raw', base.BASE, 3)
+        exc = self.assertRaises(exception.DiskFormatMismatch,
+                                img.resize_image, base.DISK)
+        self.assertIn(img.path, exc.format_message())
+        self.assertIn('header says raw', exc.format_message())
+        self.assertEqual([], self.qemu_cmds)
+
+    def _refused(self, img, *expected):
+        exc = self.assertRaises(exception.UnsafeDiskHeader,
+                                img.resize_image, base.DISK)
+        self.assertIsInstance(exc, nova_exception.InvalidDiskInfo)
+        for text in (img.path,) + expected:
+            self.assertIn(text, exc.format_message())
+        self.assertOnlyInfo()
+        self.assertSecretIntact()
+        return exc
+
+    def test_backing_outside_image_cache_refused(self):
+        img = self._qcow2_disk(backing=self.secret)
+        self._refused(img, repr(self.secret), 'is not a file beneath')
+
+    def test_relative_backing_escaping_image_cache_refused(self):
+        img = self._qcow2_disk(backing='../_base/../../%s' % os.path.relpath(
+            self.secret, os.path.dirname(self.instances_path)))
+        self._refused(img, 'is not a file beneath')
+
+    def test_symlink_in_image_cache_to_host_file_refused(self):
+        link = self.base_path('looks-cached')
+        os.symlink(self.secret, link)
+        img = self._qcow2_disk(backing=link)
+        self._refused(img, 'is not a file beneath')
+
+    def test_backing_of_another_format_refused(self):
+        cached = self.base_path('cached')
+        pb_fixtures.make_base(cached, 'raw', base.BASE)
+        img = self._qcow2_disk(backing=cached, backing_fmt='vmdk')
+        self._refused(img, "format 'vmdk'")
+
+    def test_data_file_refused_before_any_qemu_img(self):
+        data_file = os.path.join(self.scratch, 'data-file')
+        img = self._qcow2_disk(data_file=data_file)
+        with open(data_file, 'wb') as f:
+            f.write(self.SECRET)
+        self._refused(img, 'data_file')
+        self.assertEqual([], self.qemu_cmds)
+        with open(data_file, 'rb') as f:
+            self.assertEqual(self.SECRET, f.read())
+
+    def test_backing_with_a_chain_of_its_own_refused(self):
+        cached = self.base_path('cached.qcow2')
+        subprocess.run(['qemu-img', 'create', '-f', 'qcow2', '-u', '-b',
+                        self.secret, '-F', 'raw', cached, str(base.BASE)],
+                       check=True, capture_output=True)
+        img = self._qcow2_disk(backing=cached, backing_fmt='qcow2')
+        self._refused(img, 'has a backing file or data-file of its own')
+
+    def test_backing_with_a_data_file_refused(self):
+        cached = self.base_path('cached.qcow2')
+        data_file = os.path.join(self.scratch, 'data-file')
+        subprocess.run(['qemu-img', 'create', '-f', 'qcow2', '-o',
+                        'data_file=%s' % data_file, cached, str(base.BASE)],
+                       check=True, capture_output=True)
+        img = self._qcow2_disk(backing=cached, backing_fmt='qcow2')
+        self._refused(img, 'data_file')
+
+    def test_overlay_of_the_image_cache_grows(self):
+        img = self.image('qcow2', 'space')
+        base_file = self.cache(img, size=8 * units.Mi)
+        self.qemu_cmds.clear()
+        img.resize_image(base.DISK)
+        self.assertEqual(base.DISK,
+                         pb_fixtures.qemu_img_info(img.path)['virtual-size'])
+        self.assertEqual(('info', '--output=json', '--force-share', '-f',
+                          'qcow2', img.path), self.qemu_cmds[0])
+        self.assertEqual(base_file, pb_fixtures.qemu_img_info(
+            img.path)['backing-filename'])
+
+    def test_qemu_info_needs_a_format(self):
+        self.assertRaises(exception.QemuImgError, qemu.info, self.secret,
+                          None)
+        self.assertEqual([], self.qemu_cmds)

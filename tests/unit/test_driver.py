@@ -17,6 +17,7 @@ fresh Python each: tests/integration/test_driver.py.
 """
 
 import inspect
+import json
 import os
 
 import fixtures
@@ -211,3 +212,55 @@ class TestRefusalEdges(base.TestCase):
               policy.DiskFormat.QCOW2, units.Gi, True),
              (os.path.join(self.instances_path, 'disk.local'),
               policy.DiskFormat.RAW, units.Mi, True)], disks)
+
+
+class TestFormatRecords(base.TestCase):
+    """finish_migration hands the source's record of each disk's format to
+    the backend; a disk converted on arrival is recorded qcow2 (issue 20).
+    """
+
+    def setUp(self):
+        super().setUp()
+        # nova's fake libvirt module stands in for libvirt-python.
+        self.useFixture(fakelibvirt.LibvirtFixture())
+        self.drv = driver.LibvirtDriver(fake_virt.FakeVirtAPI())
+        self.instance = self.make_instance()
+        self.inst_dir = os.path.join(self.instances_path, self.instance.uuid)
+        os.makedirs(self.inst_dir)
+        self.disk = os.path.join(self.inst_dir, 'disk')
+
+    def test_finish_migration_hands_the_source_formats_on(self):
+        seen = []
+
+        def nova_finish(drv, context, migration, instance, disk_info,
+                        *args, **kwargs):
+            # What the backend's disks see while nova finishes the move.
+            seen.append((backend._migration_format(self.disk),
+                         backend._migration_format(self.disk + '.local')))
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.libvirt.driver.LibvirtDriver.finish_migration',
+            nova_finish))
+        disk_info = json.dumps([
+            {'path': '/elsewhere/%s/disk' % self.instance.uuid,
+             'type': 'raw'},
+            {'path': '/elsewhere/%s/disk.local' % self.instance.uuid,
+             'type': 'qcow2'}])
+        self.drv.finish_migration(None, None, self.instance, disk_info,
+                                  None, None, True, {})
+        self.assertEqual([('raw', 'qcow2')], seen)
+        # Only while it runs.
+        self.assertIsNone(backend._migration_format(self.disk))
+
+    def test_converted_disk_is_recorded_qcow2(self):
+        self.flags(preallocate_images='none')
+        with open(self.disk, 'wb') as f:
+            f.truncate(units.Mi)
+        backend.record_format(self.disk, 'raw')
+        with backend.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+            self.drv._disk_raw_to_qcow2(self.disk)
+            self.assertEqual('qcow2', backend._migration_format(self.disk))
+        with open(os.path.join(self.inst_dir, 'disk.info')) as f:
+            self.assertEqual({self.disk: 'qcow2'}, json.load(f))
+        with open(self.disk, 'rb') as f:
+            self.assertEqual(b'QFI\xfb', f.read(4))
