@@ -221,11 +221,13 @@ def qemu_io_prepare(opts, requests, op='write'):
     run([QEMU_IO, '--image-opts', opts], io_script(requests, op=op))
 
 
-def info(path):
-    """``qemu-img info`` of a disk the benchmark made (trusted, so without
-    the prlimit wrapper nova and the plugin use on image files).
+def info(path, fmt):
+    """``qemu-img info -f fmt`` of a disk the benchmark made (trusted, so
+    without the prlimit wrapper nova and the plugin use on image files; the
+    format is still the one the benchmark made, never probed).
     """
-    out = run([QEMU_IMG, 'info', '--output=json', '--force-share', path])
+    out = run([QEMU_IMG, 'info', '-f', fmt, '--output=json', '--force-share',
+               path])
     try:
         return json.loads(out)
     except ValueError:

@@ -290,7 +290,7 @@ def make_disk(variant, instances_path, base_path, size,
     cache_size = getattr(info, 'metadata_cache_max_size', None)
     cluster = extended = None
     if image.driver_format == 'qcow2':
-        qinfo = tools.info(image.path)
+        qinfo = tools.info(image.path, 'qcow2')
         cluster = qinfo.get('cluster-size')
         extended = bool(qinfo.get('format-specific', {}).get(
             'data', {}).get('extended-l2', False))

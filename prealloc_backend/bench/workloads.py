@@ -513,7 +513,7 @@ class RandomReads(Workload):
         """Virtual bytes the disk's L2 cache maps, as QEMU sizes it."""
         if disk.fmt != 'qcow2':
             return '-'
-        info = tools.info(disk.path)
+        info = tools.info(disk.path, 'qcow2')
         size, cluster = info['virtual-size'], info['cluster-size']
         if disk.cache_size:
             # QEMU gives the refcount cache its minimum, the rest to L2.
