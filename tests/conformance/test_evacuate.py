@@ -22,7 +22,7 @@ Left out: LibvirtRbdEvacuateTest and LibvirtLVMEvacuateTest (the plugin
 keeps nova's Rbd and Lvm classes).
 
 Why the plugin's image classes are put in nova's place here, not only its
-driver (issue 15, LibvirtQcowEvacuateTest): nova's _Qcow2Test replaces
+driver (LibvirtQcowEvacuateTest): nova's _Qcow2Test replaces
 ``nova.virt.libvirt.imagebackend.Qcow2.create_image`` with a fake that only
 touches the disk file, so that no image is fetched (nova's GlanceFixture
 serves bytes that nova's own fetch_to_raw deep inspection refuses). With
@@ -40,7 +40,7 @@ test_evacuate.py); the fake simply never reaches its code. Put in place
 before nova's setUp, the fake lands on the plugin's Qcow2, as it would if
 the plugin's class were nova's. LibvirtFlatEvacuateTest is unaffected either
 way: the plugin's Flat does not override create_image. The "timed out
-waiting for the migration" of issue 15 was not reproduced (either
+waiting for the migration" once reported here was not reproduced (either
 substitution, this commit and 9920a6f): where the builds succeed, each
 evacuation to compute1 failed at plug_vifs, as nova's test expects, about
 0.6 s after it started (logs of a run at this commit, mode none, driver

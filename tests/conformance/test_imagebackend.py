@@ -50,12 +50,12 @@ HEADER_PROBE = (
     'expects nova\'s Flat to run "qemu-img info" without -f on a disk '
     'disk.info does not list and to record the format its header claims '
     '(nova bug 1221190\'s class); the plugin takes a disk\'s format from '
-    'nova\'s records and never from a header a guest can write (issue 20)')
+    'nova\'s records and never from a header a guest can write')
 NOVA_RAW_EXTEND = (
     'expects nova\'s disk.api.extend for a raw disk, whose '
     'can_resize_image asks "qemu-img info" without -f for the current size '
     '(a guest-written qcow2 header decides it); the plugin grows a raw '
-    'file itself with "qemu-img resize -f raw" (issue 20), here on a disk '
+    'file itself with "qemu-img resize -f raw", here on a disk '
     'the test only pretends it copied')
 
 # (nova class, test, modes, why the plugin differs on purpose)

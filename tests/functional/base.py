@@ -56,8 +56,8 @@ CONF = conf.CONF
 IMAGE_SIZE = 4 * units.Mi
 # Slack for filesystem and qcow2 metadata when comparing allocations.
 SLACK = 2 * units.Mi
-# qcow2 cluster size for each [prealloc_backend] qcow2_cluster_size (README:
-# 128K by default at every disk size).
+# qcow2 cluster size for each [prealloc_backend] qcow2_cluster_size (its
+# help: 128K by default at every disk size).
 CLUSTER_SIZES = {'64K': 64 * units.Ki, '128K': 128 * units.Ki,
                  '256K': 256 * units.Ki}
 # Mode none makes stock nova's overlay: qemu-img's default cluster size over
@@ -104,11 +104,12 @@ def qemu_img_map(path):
 
 def expected_metadata_cache(virtual_size, cluster_size, extended_l2=True,
                             cap_mb=256):
-    """README's promise for <metadata_cache><max_size>: None where QEMU's
-    default 32 MiB L2 cache already covers the disk; else the L2 tables of
-    the whole disk (whole clusters of 8-byte entries, 16 with extended_l2)
-    plus QEMU's minimum refcount cache (4 clusters) when that is within the
-    cap, and None (never a partial cover) when it is not.
+    """What qcow2_l2_cache = full-coverage promises for
+    <metadata_cache><max_size>: None where QEMU's default 32 MiB L2 cache
+    already covers the disk; else the L2 tables of the whole disk (whole
+    clusters of 8-byte entries, 16 with extended_l2) plus QEMU's minimum
+    refcount cache (4 clusters) when that is within the cap, and None (never
+    a partial cover) when it is not.
     """
     entry = 16 if extended_l2 else 8
     if QEMU_DEFAULT_L2_CACHE // entry * cluster_size >= virtual_size:
@@ -394,8 +395,9 @@ class ServersTestBase(libvirt_base.ServersTestBase):
                          % (disk, image_path, out))
 
     def assertQcow2Overlay(self, path, mode, virtual_size, backing=None):
-        """The overlay's layout and allocation are what README's table
-        promises for ``mode``. Returns the figures measured.
+        """The overlay's layout and allocation are what the modes table
+        (doc/source/admin/modes.rst) promises for ``mode``. Returns the
+        figures measured.
         """
         info = pb_fixtures.qemu_img_info(path)
         self.assertEqual('qcow2', info['format'])
@@ -439,7 +441,9 @@ class ServersTestBase(libvirt_base.ServersTestBase):
         return figures
 
     def assertRaw(self, path, mode, size):
-        """A raw disk's allocation is what README's table promises."""
+        """A raw disk's allocation is what the modes table
+        (doc/source/admin/modes.rst) promises.
+        """
         info = pb_fixtures.qemu_img_info(path)
         self.assertEqual('raw', info['format'])
         st = os.stat(path)
@@ -472,7 +476,7 @@ class ServersTestBase(libvirt_base.ServersTestBase):
                           root_gb=1, ephemeral_gb=0, swap_mb=0,
                           cluster_size=128 * units.Ki, check_xml=True,
                           io=FROM_MODE):
-        """Every disk of the server is what README promises for ``fmt``
+        """Every disk of the server is what the modes table promises for ``fmt``
         and ``mode``, shows the guest its content (the root disk:
         ``image_path``), and is in the guest XML (which a real libvirt would
         accept). Returns the figures.

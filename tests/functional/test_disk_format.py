@@ -10,8 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""A raw disk whose guest wrote a qcow2 header (issue 20, "Formats from
-headers"; nova's CVE-2026-24708 and CVE-2024-32498 class).
+"""A raw disk whose guest wrote a qcow2 header (nova's CVE-2026-24708
+and CVE-2024-32498 class; doc/source/admin/security.rst).
 
 The guest is simulated by writing a real qcow2 header (``qemu-img create
 -f qcow2``) naming a host file as its backing file, or as its data-file,

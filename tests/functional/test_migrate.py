@@ -184,8 +184,8 @@ class TestColdMigrateShared(_ColdMigrateBase):
 
 class TestRawQcow2Hosts(_ColdMigrateBase):
     """NON-SHARED, rsync: a host whose disks are raw files and one whose
-    disks are qcow2 (issue 15 point 1: nova's finish_migration grows the
-    disk before converting it).
+    disks are qcow2 (nova's finish_migration grows the disk before
+    converting it).
     """
 
     # NOTE: stock nova 34 fails here ("Image is not in qcow2 format":

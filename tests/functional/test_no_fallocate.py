@@ -14,7 +14,7 @@
 
 instances_path on a real loop-mounted ext4 made without extents, where
 fallocate(2) answers EOPNOTSUPP (as on ext3): each
-``[prealloc_backend] fallocate_unsupported`` policy behaves as README says
+``[prealloc_backend] fallocate_unsupported`` policy behaves as its help says
 for ``preallocate_images = space``. And on xfs, which has fallocate(2),
 space mode allocates as on ext4.
 """

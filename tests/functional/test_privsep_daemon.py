@@ -12,7 +12,7 @@
 
 """Scenario 8: a real oslo.privsep daemon allocates the disks.
 
-The plugin's context starts its daemon the way README's
+The plugin's context starts its daemon the way the documented
 ``[prealloc_backend_privsep] helper_command`` does, with privsep-helper run
 by this interpreter, as root, without sudo. The test proves that the
 entrypoints ran in that other process (and not in this one), that the

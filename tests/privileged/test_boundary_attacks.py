@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Attacks on the privileged daemon by the nova user (issue 12).
+"""Attacks on the privileged daemon by the nova user.
 
 The real daemon runs as root (privsep-helper, as in test_privsep_daemon).
 The attacker is an unprivileged user made for the test (useradd, removed
@@ -522,7 +522,7 @@ for line in sys.stdin:
                 continue
             if (size < final <= DISK_SIZE and seen in (size, final) and
                     (outcome == 'ok') == (final == DISK_SIZE)):
-                # The one window README states ("The privileged daemon"):
+                # The one window doc/source/admin/security.rst states:
                 # the truncate landed between a write's size check and its
                 # pwrite(2), which extended the file to the end of its run:
                 # back to exactly the old size, unseen, when the run ended
@@ -693,7 +693,7 @@ for line in sys.stdin:
 class Attack5ChosenConfiguration(AttackTestCase):
     """Attack 5: oslo.rootwrap's built-in privsep-helper rule lets the nova
     user start the daemon with a configuration file of its own. What still
-    holds then (README, "The privileged daemon"): '/' and root-owned
+    holds then (doc/source/admin/security.rst): '/' and root-owned
     directories are refused as instances_path, root-owned disks are
     refused, so no root file loses a hole.
     """

@@ -90,7 +90,7 @@ class TestWithoutFallocate(LoopCase):
 
     def test_warn_raw_disks_stay_thin_so_need_no_room(self):
         # A disk larger than the filesystem: space + warn leaves it thin,
-        # so free space must not refuse it (issue 13).
+        # so free space must not refuse it.
         res = filesystem.check_free_space(self.host(
             images_type='raw', disk_size=10 * units.Gi))
         self.assertEqual(result.Code.SUCCESS, res.code, res.details)

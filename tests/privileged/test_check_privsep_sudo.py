@@ -14,8 +14,8 @@
 
 A user made for the test owns instances_path and the log directory root's
 nova.conf names, as on Ubuntu or kolla; the site's sudoers keeps HOME for
-that user. With the route README gave before issue 20 (a sudo rule for
-privsep-helper itself) the check fails and names each condition; with the
+that user. With the route documented before prealloc-privsep-helper (a sudo rule
+for privsep-helper itself) the check fails and names each condition; with the
 shipped rule and prealloc-privsep-helper it passes. sudo answers for real
 (``sudo -l -U``), and the check walks this venv's sys.path for real.
 """
@@ -36,7 +36,8 @@ from tests import fixtures as pb_fixtures
 from tests.privileged import test_privsep_helper_sudo
 
 BIN = os.path.dirname(sys.executable)
-# The rule README gave before issue 20, for privsep-helper itself.
+# The rule documented before prealloc-privsep-helper, for privsep-helper
+# itself.
 OLD_RULE = ('%(user)s ALL = (root) NOPASSWD: %(program)s ^--config-file '
             '%(conf)s --privsep_context prealloc_backend[.]privsep[.]ctx '
             '--privsep_sock_path /tmp/tmp[a-z0-9_]{8}/privsep[.]sock$\n')

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The nova user against the daemon's start through sudo (issue 20).
+"""The nova user against the daemon's start through sudo.
 
 Real sudo with the shipped rule (etc/prealloc_backend.sudoers, its user,
 command path and configuration file replaced by the test's, checked with
@@ -28,8 +28,8 @@ nova-compute runs, through ``sudo -n``:
   evaluate (logging.fileConfig).
 
 Each asserts root's files unchanged, nothing created, no connection to
-root's socket. Run against the rule shipped before issue 20 (privsep-helper
-itself) each of them failed.
+root's socket. Run against the rule shipped before prealloc-privsep-helper existed
+(privsep-helper itself) each of them failed.
 """
 
 import json

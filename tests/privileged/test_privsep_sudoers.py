@@ -12,9 +12,9 @@
 
 """etc/prealloc_backend.sudoers, judged by sudo itself.
 
-The way README gives to close oslo.rootwrap's built-in privsep-helper rule
-(attack 5 of issue 12): a sudo rule with fixed arguments for
-prealloc-privsep-helper (issue 20) plus ``[prealloc_backend_privsep]
+The documented way to close oslo.rootwrap's built-in privsep-helper rule
+(doc/source/admin/security.rst): a sudo rule with fixed arguments for
+prealloc-privsep-helper plus ``[prealloc_backend_privsep]
 helper_command``. The command line is the one
 oslo.privsep builds for the plugin's context (its own helper_command() and
 socket directory from tempfile.mkdtemp()), asked of ``sudo -l -U`` for a
@@ -68,7 +68,7 @@ class SudoersRuleTestCase(base.BaseTestCase):
                               capture_output=True).returncode == 0
 
     def command(self):
-        """What nova-compute runs with the README's helper_command."""
+        """What nova-compute runs with the documented helper_command."""
         ctx = prealloc_backend.privsep.ctx
         group = ctx.cfg_section
         self.addCleanup(cfg.CONF.clear_override, 'helper_command', group)

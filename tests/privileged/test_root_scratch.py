@@ -11,7 +11,7 @@
 # under the License.
 
 """``prealloc-backend check`` and ``bench`` run as root in a tree the nova
-user owns (issue 20, attack 1).
+user owns.
 
 The nova user is an unprivileged user made for the test (useradd, removed
 afterwards) who owns the instances tree, as nova owns /var/lib/nova. Its

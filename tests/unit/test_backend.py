@@ -548,7 +548,7 @@ class TestFormatFromRecords(base.BackendTestCase):
     """A disk's format comes from nova's records; a guest-written header
     is refused where it disagrees with them, and a qcow2 disk whose header
     names a file outside the image cache or a data-file is refused before
-    any qemu-img command but ``info -f`` runs on it (issue 20).
+    any qemu-img command but ``info -f`` runs on it.
     """
 
     SECRET = b'HOST-SECRET-' * 64

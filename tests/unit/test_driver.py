@@ -45,7 +45,7 @@ class TestLoading(base.TestCase):
         self.useFixture(fakelibvirt.LibvirtFixture())
 
     def test_load_compute_driver_with_documented_config(self):
-        # README: compute_driver = prealloc_backend.LibvirtDriver, run by
+        # The documented setup: compute_driver = prealloc_backend.LibvirtDriver, run by
         # prealloc-nova-compute, which calls driver.register() first.
         driver.register()
         self.flags(compute_driver='prealloc_backend.LibvirtDriver')
@@ -216,7 +216,7 @@ class TestRefusalEdges(base.TestCase):
 
 class TestFormatRecords(base.TestCase):
     """finish_migration hands the source's record of each disk's format to
-    the backend; a disk converted on arrival is recorded qcow2 (issue 20).
+    the backend; a disk converted on arrival is recorded qcow2.
     """
 
     def setUp(self):

@@ -22,7 +22,7 @@ oslo.rootwrap's load_filters always appends a catch-all rule for
 privsep-helper (any arguments) after the filters read from files; the
 plugin's filters are checked here without it, so that what they allow and
 refuse is theirs. TestBuiltInRule records that catch-all, which is why the
-filter file is optional with nova-rootwrap (README, deployment).
+filter file is optional with nova-rootwrap (doc/source/install/install.rst).
 """
 
 import os
@@ -195,7 +195,7 @@ class TestBuiltInRule(FilterTestCase):
                          self.match(userargs, self.all_filters).name)
 
     def test_catch_all_allows_any_context_and_options(self):
-        """What README says the built-in rule implies: any configuration
+        """What the built-in rule implies (doc/source/admin/security.rst): any configuration
         file, any option, any context (nova's CAP_SYS_ADMIN one included).
         """
         import nova.privsep
