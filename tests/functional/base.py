@@ -476,8 +476,8 @@ class ServersTestBase(libvirt_base.ServersTestBase):
                           root_gb=1, ephemeral_gb=0, swap_mb=0,
                           cluster_size=128 * units.Ki, check_xml=True,
                           io=FROM_MODE):
-        """Every disk of the server is what the modes table promises for ``fmt``
-        and ``mode``, shows the guest its content (the root disk:
+        """Every disk of the server is what the modes table promises for
+        ``fmt`` and ``mode``, shows the guest its content (the root disk:
         ``image_path``), and is in the guest XML (which a real libvirt would
         accept). Returns the figures.
         """
