@@ -29,9 +29,10 @@ CONF = conf.CONF
 class TestDriverLoading(base.ServersTestBase):
 
     def test_documented_configuration_loads_the_plugin(self):
-        """The documented nova.conf: compute_driver = prealloc_backend.LibvirtDriver
-        and the wrapper's register(); nova's load_compute_driver does the
-        rest (start_compute starts nova's compute service).
+        """The documented nova.conf: compute_driver =
+        prealloc_backend.LibvirtDriver and the wrapper's register(); nova's
+        load_compute_driver does the rest (start_compute starts nova's
+        compute service).
         """
         self.start_host('qcow2')
         self.assertEqual('prealloc_backend.LibvirtDriver',
@@ -106,8 +107,9 @@ class TestBootModes(base.ServersTestBase):
 
     def test_none_qcow2_is_stock_novas_overlay(self):
         # Mode none makes stock nova's overlay whatever the layout options
-        # say (doc/source/admin/modes.rst: an extended_l2 overlay left thin is slower than
-        # nova's): no extended_l2, nova's cluster size, no <metadata_cache>.
+        # say (doc/source/admin/modes.rst: an extended_l2 overlay left thin
+        # is slower than nova's): no extended_l2, nova's cluster size, no
+        # <metadata_cache>.
         figures = self._test('qcow2', 'none', qcow2_cluster_size='256K')
         self.assertEqual(base.NOVA_CLUSTER_SIZE,
                          figures['disk']['cluster_size'])

@@ -14,10 +14,10 @@
 
 A user made for the test owns instances_path and the log directory root's
 nova.conf names, as on Ubuntu or kolla; the site's sudoers keeps HOME for
-that user. With the route documented before prealloc-privsep-helper (a sudo rule
-for privsep-helper itself) the check fails and names each condition; with the
-shipped rule and prealloc-privsep-helper it passes. sudo answers for real
-(``sudo -l -U``), and the check walks this venv's sys.path for real.
+that user. With the route documented before prealloc-privsep-helper (a sudo
+rule for privsep-helper itself) the check fails and names each condition;
+with the shipped rule and prealloc-privsep-helper it passes. sudo answers for
+real (``sudo -l -U``), and the check walks this venv's sys.path for real.
 """
 
 import os

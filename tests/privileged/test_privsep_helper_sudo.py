@@ -28,8 +28,8 @@ nova-compute runs, through ``sudo -n``:
   evaluate (logging.fileConfig).
 
 Each asserts root's files unchanged, nothing created, no connection to
-root's socket. Run against the rule shipped before prealloc-privsep-helper existed
-(privsep-helper itself) each of them failed.
+root's socket. Run against the rule shipped before prealloc-privsep-helper
+existed (privsep-helper itself) each of them failed.
 """
 
 import json

@@ -45,8 +45,9 @@ class TestLoading(base.TestCase):
         self.useFixture(fakelibvirt.LibvirtFixture())
 
     def test_load_compute_driver_with_documented_config(self):
-        # The documented setup: compute_driver = prealloc_backend.LibvirtDriver, run by
-        # prealloc-nova-compute, which calls driver.register() first.
+        # The documented setup: compute_driver =
+        # prealloc_backend.LibvirtDriver, run by prealloc-nova-compute, which
+        # calls driver.register() first.
         driver.register()
         self.flags(compute_driver='prealloc_backend.LibvirtDriver')
         loaded = nova_driver.load_compute_driver(fake_virt.FakeVirtAPI())

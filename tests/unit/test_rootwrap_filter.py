@@ -195,8 +195,9 @@ class TestBuiltInRule(FilterTestCase):
                          self.match(userargs, self.all_filters).name)
 
     def test_catch_all_allows_any_context_and_options(self):
-        """What the built-in rule implies (doc/source/admin/security.rst): any configuration
-        file, any option, any context (nova's CAP_SYS_ADMIN one included).
+        """What the built-in rule implies (doc/source/admin/security.rst):
+        any configuration file, any option, any context (nova's CAP_SYS_ADMIN
+        one included).
         """
         import nova.privsep
 
