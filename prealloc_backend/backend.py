@@ -201,18 +201,33 @@ def check_qcow2_disk(path):
     named = info.get('backing-filename')
     if not named:
         return None, None
+    for name in (named, info.get('full-backing-filename') or ''):
+        # NOTE: qemu reads a name with a ':' before its first '/' as a
+        # protocol (http:, nbd:, ssh:, json:{...}), not a file: the host
+        # would fetch what a guest-written header names. nova's image cache
+        # names never hold one.
+        if ':' in name:
+            _refuse(path, 'backing file %r is not a plain file name' % name)
+    # qemu resolves a relative name against the disk's directory; realpath
+    # of the joined name resolves '..' after symlinks, as the kernel does
+    # (abspath would drop 'x/..' by text first).
+    backing = os.path.realpath(os.path.join(os.path.dirname(path), named))
+    root = os.path.realpath(cache_dir())
+    if (os.path.commonpath([root, backing]) != root or backing == root or
+            not os.path.isfile(backing)):
+        _refuse(path, 'backing file %r is not a file beneath %s'
+                % (named, root))
     backing_fmt = info.get('backing-filename-format')
+    if backing_fmt is None:
+        # An overlay made before nova recorded the backing format (it
+        # does since Wallaby): the format of nova's own cache file, read
+        # from that file, which its guest cannot write.
+        backing_fmt = header_format(backing)
+        if _is_raw_header(backing_fmt):
+            backing_fmt = 'raw'
     if backing_fmt not in BACKING_FORMATS:
         _refuse(path, 'backing file %r has format %r, not raw or qcow2'
                 % (named, backing_fmt))
-    # qemu resolves a relative name against the disk's directory.
-    backing = os.path.abspath(os.path.join(os.path.dirname(path), named))
-    resolved = os.path.realpath(backing)
-    root = os.path.realpath(cache_dir())
-    if (os.path.commonpath([root, resolved]) != root or resolved == root or
-            not os.path.isfile(resolved)):
-        _refuse(path, 'backing file %r is not a file beneath %s'
-                % (named, root))
     if backing_fmt == 'qcow2':
         _no_data_file(path, backing, 'backing file %s' % backing)
         base_info = qemu.info(backing, 'qcow2')
@@ -418,6 +433,21 @@ class _PreallocImage:
         check_qcow2_disk(self.path)
         return policy.DiskFormat.QCOW2
 
+    def _existing_format(self):
+        """_disk_format of a disk that already holds a guest's data (a hard
+        reboot, a migration's arrival), or None where it is refused: the
+        refusal is logged, the plugin runs nothing more on the disk (it is
+        left as it is, not allocated), and the instance's start is never
+        failed for it. Growing or converting it still raises.
+        """
+        try:
+            return self._disk_format()
+        except (exception.UnsafeDiskHeader,
+                exception.DiskFormatMismatch) as exc:
+            LOG.warning('%(path)s left as it is, not allocated: %(err)s',
+                        {'path': self.path, 'err': exc.format_message()})
+            return None
+
     def resolve_driver_format(self):
         # NOTE: nova reads disk.info first and only asks
         # _get_driver_format for a disk it does not list. While a migration
@@ -588,11 +618,35 @@ class _PreallocImage:
         see _disk_format), preallocating as planned; then the guest
         filesystem where nova would resize it.
         """
-        if self._disk_format() is policy.DiskFormat.RAW:
+        try:
+            fmt = self._disk_format()
+        except (exception.UnsafeDiskHeader,
+                exception.DiskFormatMismatch):
+            # nova's cache() asks every existing disk to grow to its
+            # flavor's size (a hard reboot too): one already that large is
+            # left as it is (logged), never failing the instance's start;
+            # growing a refused disk is refused.
+            if self._virtual_size_unchecked() >= size:
+                self._existing_format()
+                return
+            raise
+        if fmt is policy.DiskFormat.RAW:
             _grow_raw(self.path, size)
             return
         if self._grow_qcow2(size) and CONF.resize_fs_using_block_device:
             _resize_fs_like_nova(self.path)
+
+    def _virtual_size_unchecked(self):
+        """The size a refused disk shows its guest: a qcow2 header's
+        virtual size (read with format_inspector: no qemu-img, which would
+        open a data-file), else the file's size.
+        """
+        inspector = format_inspector.QcowInspector()
+        with open(self.path, 'rb') as f:
+            inspector.eat_chunk(f.read(64 * 1024))
+        if inspector.format_match:
+            return inspector.virtual_size
+        return os.stat(self.path).st_size
 
     def _grow_qcow2(self, size):
         """Grow a qcow2 file (checked by _disk_format) to ``size``,
@@ -794,7 +848,10 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
             # that an overlay's backing file exists when it is checked.
             if not os.path.exists(base):
                 prepare_template(target=base, *args, **kwargs)
-            if self._disk_format() is policy.DiskFormat.RAW:
+            fmt = self._existing_format()
+            if fmt is None:
+                return None
+            if fmt is policy.DiskFormat.RAW:
                 # A raw disk (from a raw host, before finish_migration
                 # converts it): only its base is checked here, never
                 # nova's legacy-backing probe ('qemu-img info' without -f,
@@ -828,7 +885,10 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
     def _allocate_existing(self, created):
         if not self.exists() or created:
             return
-        if self._disk_format() is policy.DiskFormat.RAW:
+        fmt = self._existing_format()
+        if fmt is None:
+            return
+        if fmt is policy.DiskFormat.RAW:
             # A raw disk in a qcow2 instance (a migration from a raw host,
             # before nova converts it): allocated as a raw file.
             if self.prealloc_mode is not modes.Mode.NONE:

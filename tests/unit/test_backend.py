@@ -583,7 +583,8 @@ class TestFormatFromRecords(base.BackendTestCase):
             img.path, self.scratch, units.Gi, **header)
         return img, written
 
-    def _qcow2_disk(self, backing=None, backing_fmt='raw', data_file=None):
+    def _qcow2_disk(self, backing=None, backing_fmt='raw', data_file=None,
+                    size=base.BASE):
         """A qcow2 instance disk recorded qcow2, made with this header."""
         img = self.image('qcow2', 'space')
         os.makedirs(os.path.dirname(img.path), exist_ok=True)
@@ -592,7 +593,7 @@ class TestFormatFromRecords(base.BackendTestCase):
             cmd += ['-u', '-b', backing, '-F', backing_fmt]
         if data_file:
             cmd += ['-o', 'data_file=%s' % data_file]
-        subprocess.run(cmd + [img.path, str(base.BASE)], check=True,
+        subprocess.run(cmd + [img.path, str(size)], check=True,
                        capture_output=True)
         self.assertEqual('qcow2', img._disk_info_format())
         return img
@@ -702,6 +703,43 @@ class TestFormatFromRecords(base.BackendTestCase):
         os.symlink(self.secret, link)
         img = self._qcow2_disk(backing=link)
         self._refused(img, 'is not a file beneath')
+
+    def test_protocol_backing_names_refused(self):
+        # qemu reads these as protocols, not files; the second also looks,
+        # by text, like a file beneath the image cache.
+        sock = os.path.join(self.scratch, 'x.sock')
+        for name in ('nbd:unix:%s:exportname=/../..' % sock,
+                     'http://127.0.0.1:9/s?x=/../../../_base/cached'):
+            img = self._qcow2_disk(backing=name)
+            self._refused(img, 'is not a plain file name')
+            self.qemu_cmds.clear()
+
+    def test_dotdot_after_a_symlink_resolved_as_the_kernel_does(self):
+        # By text 'lnk/../../_base/cached' is instances_path/_base/cached;
+        # the kernel goes up from lnk's target: the scratch tree's copy.
+        outside = os.path.join(self.scratch, 'a', 'b')
+        os.makedirs(outside)
+        os.makedirs(os.path.join(self.scratch, '_base'))
+        with open(os.path.join(self.scratch, '_base', 'cached'), 'wb') as f:
+            f.write(self.SECRET)
+        pb_fixtures.make_base(self.base_path('cached'), 'raw', base.BASE)
+        img = self._qcow2_disk(backing='lnk/../../_base/cached')
+        os.symlink(outside, os.path.join(os.path.dirname(img.path), 'lnk'))
+        self._refused(img, 'is not a file beneath')
+
+    def test_existing_disk_refused_is_left_as_it_is(self):
+        # A hard reboot (nova's cache() of an existing disk, which also asks
+        # it to grow to the flavor's size): a refused disk already that
+        # large is logged and left alone, never failing the instance's
+        # start; growing it further is refused (the tests above).
+        logs = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        img = self._qcow2_disk(backing=self.secret, size=base.DISK)
+        before = pb_fixtures.sha256_of(img.path)
+        self.cache(img, fmt='qcow2')
+        self.assertEqual(before, pb_fixtures.sha256_of(img.path))
+        self.assertIn('left as it is, not allocated', logs.output)
+        self.assertOnlyInfo()
+        self.assertSecretIntact()
 
     def test_backing_of_another_format_refused(self):
         cached = self.base_path('cached')
