@@ -64,7 +64,7 @@ from prealloc_backend.checks import result
 from prealloc_backend import exception
 from prealloc_backend import modes
 import prealloc_backend.privsep
-from prealloc_backend.privsep import helper as privsep_helper
+from prealloc_backend import privsep_helper
 from prealloc_backend import process
 
 LOG = logging.getLogger(__name__)

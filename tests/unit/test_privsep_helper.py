@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend.privsep.helper on real files, sockets and modes.
+"""prealloc_backend.privsep_helper on real files, sockets and modes.
 
 The "caller" is this test's own uid (what sudo's SUDO_UID names); a second
 uid for ownership cases is used only when the test runs as root (chown).
@@ -21,11 +21,13 @@ tests/privileged/test_privsep_helper_sudo.py.
 import os
 import socket
 import struct
+import subprocess
+import sys
 
 import fixtures
 from oslotest import base
 
-from prealloc_backend.privsep import helper
+from prealloc_backend import privsep_helper as helper
 
 OTHER_UID = 54321
 OTHER_GID = 54321
@@ -340,3 +342,23 @@ class LogOverridesTestCase(base.BaseTestCase):
         # oslo.log's own choice of the file (none: stderr only)
         self.assertIsNone(logging._get_log_file_path(conf, 'privsep-helper'))
         self.assertTrue(conf.use_stderr)
+
+
+class ImportTestCase(base.BaseTestCase):
+
+    def test_only_the_standard_library_runs_before_the_checks(self):
+        # What root runs before prepare(): importing the module, in a fresh
+        # interpreter as the console script does (what the interpreter loads
+        # at start-up, .pth files included, is not the module's).
+        code = ('import sys; before = set(sys.modules); '
+                'import prealloc_backend.privsep_helper; '
+                'print("\\n".join(sorted(set(sys.modules) - before)))')
+        out = subprocess.run([sys.executable, '-c', code], check=True,
+                             capture_output=True, text=True).stdout.split()
+        self.assertIn('prealloc_backend.privsep_helper', out)
+        stdlib = set(sys.stdlib_module_names)
+        foreign = [name for name in out
+                   if name.split('.')[0] not in stdlib and
+                   name not in ('prealloc_backend',
+                                'prealloc_backend.privsep_helper')]
+        self.assertEqual([], foreign)

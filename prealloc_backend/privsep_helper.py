@@ -40,7 +40,11 @@ the context's capabilities:
   ``/proc/self/fd/N``: no name is resolved again after the checks.
 
 A refusal prints one line to stderr and exits with status 2. This module
-imports only the standard library until the environment is clean.
+imports only the standard library until the environment is clean: it lives
+outside the ``prealloc_backend.privsep`` package (whose ``__init__`` imports
+oslo.privsep, oslo.log and nova's configuration), and ``prealloc_backend``'s
+own ``__init__`` is empty (tests/unit/test_privsep_helper.py checks both in a
+fresh interpreter).
 """
 
 import grp
