@@ -691,7 +691,13 @@ def check_boundary(host, helper_command, helper, code_paths, found):
     if helper and os.path.basename(helper) == WRAPPER:
         found.notes.append('%s logs to stderr only and connects only to a '
                            'socket the nova user bound in a fresh 0700 '
-                           'directory of its own.' % WRAPPER)
+                           'directory of its own. This closes the '
+                           "plugin's route only: where %s may also run "
+                           "nova-rootwrap through sudo (nova's own rule, "
+                           'which distribution packages ship), '
+                           "oslo.rootwrap's built-in rule still lets it run "
+                           'privsep-helper as root with any arguments.'
+                           % (WRAPPER, _user(user)))
     else:
         found.problem(
             Code.FAILURE, '%s run as root connects to the '
