@@ -124,7 +124,10 @@ start_service() {
     as=(setpriv --reuid="$user" --regid="$user" --init-groups)
     home=$(getent passwd "$user" | cut -d: -f6)
   fi
-  (exec env -i PATH="$CLOUD_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+  # cd: a WSGI server puts its working directory on sys.path (from a
+  # clone's top, nova-api imported the clone's prealloc_backend, not the
+  # virtualenv's).
+  (cd "$CLOUD_DIR" && exec env -i PATH="$CLOUD_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
      LANG=C.UTF-8 HOME="$home" "${as[@]}" setsid env "$@" \
      >>"$LOG_DIR/$name.log" 2>&1 </dev/null) &
   sleep 0.2
