@@ -1,0 +1,54 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The ``[prealloc]`` option group of tempest.conf."""
+
+from oslo_config import cfg
+
+prealloc_group = cfg.OptGroup(
+    name='prealloc',
+    title="prealloc_backend's Tempest tests: where the compute host's "
+          "files are and how to reach them")
+
+PreallocGroup = [
+    cfg.StrOpt('host_access',
+               default='local',
+               choices=[('local', 'the compute host is this machine: '
+                         'commands run here, as the user running Tempest '
+                         '(root, to read QEMU-owned disks)'),
+                        ('ssh', 'commands run on the server\'s compute host '
+                         'through "ssh [ssh_user@]<host>" (key-based, '
+                         'BatchMode); the host is the server\'s '
+                         'OS-EXT-SRV-ATTR:host')],
+               help='How the tests run commands on a compute host.'),
+    cfg.StrOpt('ssh_user',
+               default='root',
+               help='User for host_access = ssh.'),
+    cfg.StrOpt('instances_path',
+               help="The compute hosts' [DEFAULT] instances_path. Unset: "
+                    "the host checks are skipped."),
+    cfg.StrOpt('compute_config',
+               default='/etc/nova/nova.conf',
+               help="nova-compute's configuration file on the compute "
+                    "host (for prealloc-backend check)."),
+    cfg.StrOpt('libvirt_uri',
+               default='qemu:///system',
+               help='libvirt URI for virsh on the compute host.'),
+    cfg.StrOpt('prealloc_backend_command',
+               default='prealloc-backend',
+               help='The prealloc-backend command on the compute host.'),
+]
+
+
+def list_opts():
+    """The ``[prealloc]`` options, for Tempest's sample configuration."""
+    return [(prealloc_group.name, PreallocGroup)]

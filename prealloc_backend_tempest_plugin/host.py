@@ -1,0 +1,117 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Commands on a compute host, for checks of its files (whitebox).
+
+``[prealloc] host_access = local`` runs them on this machine (the one-box
+cloud of tools/cloud-up, where Tempest runs as root); ``ssh`` runs the same
+argument vectors through ``ssh`` on the server's compute host. Only
+read-only commands: qemu-img info, stat, filefrag, virsh dumpxml and
+prealloc-backend check.
+"""
+
+import json
+import shlex
+import subprocess
+from xml.etree import ElementTree
+
+from tempest import config
+
+CONF = config.CONF
+
+
+class HostCommandFailed(Exception):
+    def __init__(self, argv, returncode, stdout, stderr):
+        self.returncode = returncode
+        self.stdout = stdout
+        super().__init__('%s exited %s: %s%s' % (
+            shlex.join(argv), returncode, stdout[-2000:], stderr[-2000:]))
+
+
+class ComputeHost(object):
+    def __init__(self, host):
+        self.host = host
+
+    def run(self, argv, check=True, timeout=300):
+        """Run ``argv`` on the host; its stdout (text)."""
+        if CONF.prealloc.host_access == 'ssh':
+            cmd = ['ssh', '-o', 'BatchMode=yes',
+                   '%s@%s' % (CONF.prealloc.ssh_user, self.host),
+                   shlex.join(argv)]
+        else:
+            cmd = list(argv)
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              timeout=timeout,
+                              env={'LC_ALL': 'C', 'PATH':
+                                   '/usr/local/sbin:/usr/local/bin:'
+                                   '/usr/sbin:/usr/bin:/sbin:/bin'})
+        if check and proc.returncode != 0:
+            raise HostCommandFailed(argv, proc.returncode, proc.stdout,
+                                    proc.stderr)
+        return proc
+
+    def disk_path(self, server_id, name='disk'):
+        return '%s/%s/%s' % (CONF.prealloc.instances_path.rstrip('/'),
+                             server_id, name)
+
+    def qemu_img_info(self, path):
+        return json.loads(self.run(
+            ['qemu-img', 'info', '--force-share', '--output=json',
+             path]).stdout)
+
+    def stat(self, path):
+        """(st_size, allocated bytes: st_blocks * 512)."""
+        size, blocks = self.run(['stat', '-c', '%s %b', path]).stdout.split()
+        return int(size), int(blocks) * 512
+
+    def unwritten_bytes(self, path):
+        """Bytes in extents the filesystem marks unwritten (fallocate(2)
+        reserved them, nothing wrote them), from ``filefrag -v``.
+        """
+        out = self.run(['filefrag', '-v', '-b1', path]).stdout
+        total = 0
+        for line in out.splitlines():
+            fields = [f.strip() for f in line.split(':')]
+            if len(fields) < 5 or not fields[0].isdigit():
+                continue
+            if 'unwritten' in line:
+                total += int(fields[3])
+        return total
+
+    def domain_disk_driver(self, instance_name, path):
+        """The ``<driver>`` element of the guest disk whose source is
+        ``path``, from ``virsh dumpxml``.
+        """
+        xml = self.run(['virsh', '-c', CONF.prealloc.libvirt_uri, 'dumpxml',
+                        instance_name]).stdout
+        # virsh's own output on the compute host (not guest data).
+        dom = ElementTree.fromstring(xml)
+        for disk in dom.findall('./devices/disk'):
+            source = disk.find('source')
+            if source is not None and source.get('file') == path:
+                return disk.find('driver')
+        raise AssertionError('%s has no disk %s:\n%s' % (instance_name, path,
+                                                         xml))
+
+    def prealloc_check(self):
+        """``prealloc-backend check --json`` with nova-compute's
+        configuration: (exit code, parsed report).
+        """
+        proc = self.run([CONF.prealloc.prealloc_backend_command, 'check',
+                         '--config-file', CONF.prealloc.compute_config,
+                         '--json'], check=False)
+        try:
+            report = json.loads(proc.stdout)
+        except ValueError:
+            report = {'unparsed stdout': proc.stdout,
+                      'stderr': proc.stderr}
+        return proc.returncode, report

@@ -1,0 +1,280 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Servers whose disks the plugin made, checked on the compute host.
+
+Each test goes through the cloud's API (flavors with ``prealloc:`` extra
+specs, servers booted, resized) and then reads the compute host's real
+files (``[prealloc] host_access``): the overlay's layout from ``qemu-img
+info``, its allocation from ``st_blocks`` and ``filefrag`` (extents
+fallocate(2) reserved are "unwritten"), the guest's ``<metadata_cache>``
+from ``virsh dumpxml``, and ``prealloc-backend check`` on the host.
+
+The expectations are the modes of README's "Modes" table, for a qcow2
+overlay (nova's ``use_cow_images``, the default) on a filesystem with
+fallocate(2):
+
+========= ============ ========== ====================== ================
+mode      extended_l2  cluster    file size (st_size)    allocated
+========= ============ ========== ====================== ================
+none      no           64K (qemu) header only            header only
+metadata  yes          128K       whole virtual size     metadata only
+space     yes          128K       whole virtual size     all, unwritten
+full      yes          128K       whole virtual size     all, written
+========= ============ ========== ====================== ================
+"""
+
+from tempest.api.compute import base
+from tempest.common import waiters
+from tempest import config
+from tempest.lib import decorators
+from tempest.lib import exceptions as lib_exc
+
+from prealloc_backend_tempest_plugin import host as compute_host
+
+CONF = config.CONF
+
+GiB = 1024 ** 3
+MiB = 1024 ** 2
+# qemu-img's default cluster (what stock nova's overlay gets from a raw
+# base) and the plugin's default qcow2_cluster_size.
+QEMU_CLUSTER = 64 * 1024
+PLUGIN_CLUSTER = 128 * 1024
+# An L2 entry with extended_l2: 16 bytes per cluster.
+L2_ENTRY = 16
+# QEMU's default L2 cache (32 MiB): a disk it covers gets no
+# <metadata_cache>.
+QEMU_DEFAULT_L2_CACHE = 32 * MiB
+
+
+class PreallocHostTest(base.BaseV2ComputeAdminTest):
+    """Boot servers from flavors with prealloc: extra specs."""
+
+    @classmethod
+    def skip_checks(cls):
+        super().skip_checks()
+        if not CONF.prealloc.instances_path:
+            raise cls.skipException(
+                '[prealloc] instances_path is not set: no compute host '
+                'files to check')
+
+    def flavor(self, disk=1, **specs):
+        flavor = self.create_flavor(ram=128, vcpus=1, disk=disk)
+        if specs:
+            self.admin_flavors_client.set_flavor_extra_spec(
+                flavor['id'], **specs)
+        return flavor
+
+    def boot(self, flavor):
+        server = self.create_test_server(flavor=flavor['id'],
+                                         wait_until='ACTIVE')
+        return self.admin_view(server['id'])
+
+    def admin_view(self, server_id):
+        return self.admin_servers_client.show_server(server_id)['server']
+
+    def host_of(self, server):
+        return compute_host.ComputeHost(server['OS-EXT-SRV-ATTR:host'])
+
+    def assert_disk(self, server, mode, virtual_size, cluster=None):
+        """The root disk of ``server`` has the layout and allocation of
+        ``mode`` (the table in this module's docstring).
+        """
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        info = host.qemu_img_info(path)
+        size, allocated = host.stat(path)
+        specific = info.get('format-specific', {}).get('data', {})
+        what = ('%s, mode %s: qemu-img info %s; st_size %d, allocated %d'
+                % (path, mode, info, size, allocated))
+        self.assertEqual('qcow2', info['format'], what)
+        self.assertEqual(virtual_size, info['virtual-size'], what)
+        if mode == 'none':
+            self.assertFalse(specific.get('extended-l2', False), what)
+            self.assertEqual(QEMU_CLUSTER, info['cluster-size'], what)
+            self.assertLess(size, 16 * MiB, what)
+            self.assertLess(allocated, 16 * MiB, what)
+            return
+        self.assertTrue(specific.get('extended-l2', False), what)
+        self.assertEqual(cluster or PLUGIN_CLUSTER, info['cluster-size'],
+                         what)
+        # Every cluster laid out in the file (sparse or not).
+        self.assertGreaterEqual(size, virtual_size, what)
+        if mode == 'metadata':
+            self.assertLess(allocated, virtual_size // 8, what)
+            return
+        self.assertGreaterEqual(allocated, virtual_size, what)
+        unwritten = host.unwritten_bytes(path)
+        if mode == 'space':
+            # fallocate(2): reserved, never written.
+            self.assertGreater(unwritten, virtual_size // 2,
+                               '%s; unwritten %d' % (what, unwritten))
+        else:
+            # full: zeros written.
+            self.assertEqual(0, unwritten,
+                             '%s; unwritten %d' % (what, unwritten))
+
+    def metadata_cache(self, server):
+        """``<metadata_cache><max_size>`` of the root disk in bytes, or
+        None when the guest XML has none.
+        """
+        host = self.host_of(server)
+        driver = host.domain_disk_driver(
+            server['OS-EXT-SRV-ATTR:instance_name'],
+            host.disk_path(server['id']))
+        self.assertIsNotNone(driver)
+        max_size = driver.find('./metadata_cache/max_size')
+        if max_size is None:
+            return None
+        units = {'bytes': 1, 'b': 1, 'KiB': 1024, 'MiB': MiB}
+        return int(max_size.text) * units[max_size.get('unit', 'bytes')]
+
+
+class PreallocModesTest(PreallocHostTest):
+    """A server per mode (flavor extra spec prealloc:mode): its root disk
+    has the layout and allocation of the mode.
+    """
+
+    def _test_mode(self, mode):
+        server = self.boot(self.flavor(**{'prealloc:mode': mode}))
+        self.assert_disk(server, mode, GiB)
+        # A 1 GiB disk is covered by QEMU's default L2 cache.
+        self.assertIsNone(self.metadata_cache(server))
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a01')
+    def test_mode_none(self):
+        self._test_mode('none')
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a02')
+    def test_mode_metadata(self):
+        self._test_mode('metadata')
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a03')
+    def test_mode_space(self):
+        self._test_mode('space')
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a04')
+    def test_mode_full(self):
+        self._test_mode('full')
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a05')
+    def test_metadata_cache_covers_large_disk(self):
+        """A disk QEMU's default L2 cache does not cover (160 GiB at 64K
+        clusters: 40 MiB of L2 tables) gets a <metadata_cache> that covers
+        all of it; prealloc:cluster_size sets the overlay's clusters.
+        """
+        size = 160 * GiB
+        server = self.boot(self.flavor(
+            disk=160, **{'prealloc:mode': 'metadata',
+                         'prealloc:cluster_size': '64K'}))
+        self.assert_disk(server, 'metadata', size, cluster=QEMU_CLUSTER)
+        l2_tables = size // QEMU_CLUSTER * L2_ENTRY
+        self.assertGreater(l2_tables, QEMU_DEFAULT_L2_CACHE)
+        cache = self.metadata_cache(server)
+        self.assertIsNotNone(cache, 'no <metadata_cache> for a 160 GiB disk')
+        self.assertGreaterEqual(cache, l2_tables)
+        # the plugin's ceiling, qcow2_metadata_cache_max_mb (256)
+        self.assertLessEqual(cache, 256 * MiB)
+
+
+class PreallocResizeTest(PreallocHostTest):
+    """A resize grows the disk with its mode's preallocation."""
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a10')
+    def test_resize_keeps_space(self):
+        server = self.boot(self.flavor(disk=1, **{'prealloc:mode': 'space'}))
+        self.assert_disk(server, 'space', GiB)
+        bigger = self.flavor(disk=2, **{'prealloc:mode': 'space'})
+        self.resize_server(server['id'], bigger['id'])
+        self.assert_disk(self.admin_view(server['id']), 'space', 2 * GiB)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a11')
+    def test_resize_revert_keeps_full(self):
+        server = self.boot(self.flavor(disk=1, **{'prealloc:mode': 'full'}))
+        bigger = self.flavor(disk=2, **{'prealloc:mode': 'full'})
+        body = self.servers_client.resize_server(server['id'], bigger['id'])
+        waiters.wait_for_server_status(
+            self.servers_client, server['id'], 'VERIFY_RESIZE',
+            request_id=body.response['x-openstack-request-id'])
+        self.assert_disk(self.admin_view(server['id']), 'full', 2 * GiB)
+        self.servers_client.revert_resize_server(server['id'])
+        waiters.wait_for_server_status(self.servers_client, server['id'],
+                                       'ACTIVE')
+        self.assert_disk(self.admin_view(server['id']), 'full', GiB)
+
+
+class PreallocExtraSpecsTest(base.BaseV2ComputeAdminTest):
+    """nova-api refuses bad prealloc: extra specs with the plugin's
+    message (its validators, loaded from the nova.api.extra_spec_validators
+    entry point) from microversion 2.86.
+    """
+
+    min_microversion = '2.86'
+    max_microversion = 'latest'
+
+    def _flavor(self):
+        return self.create_flavor(ram=128, vcpus=1, disk=1)
+
+    def _specs(self, flavor):
+        return self.admin_flavors_client.list_flavor_extra_specs(
+            flavor['id'])['extra_specs']
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a20')
+    def test_bad_mode_refused(self):
+        flavor = self._flavor()
+        exc = self.assertRaises(
+            lib_exc.BadRequest,
+            self.admin_flavors_client.set_flavor_extra_spec,
+            flavor['id'], **{'prealloc:mode': 'bogus'})
+        self.assertIn("'bogus' is not one of: none, metadata, space, full",
+                      str(exc))
+        self.assertNotIn('prealloc:mode', self._specs(flavor))
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a21')
+    def test_unknown_key_refused(self):
+        flavor = self._flavor()
+        exc = self.assertRaises(
+            lib_exc.BadRequest,
+            self.admin_flavors_client.set_flavor_extra_spec,
+            flavor['id'], **{'prealloc:mdoe': 'full'})
+        self.assertIn("extra spec 'prealloc:mdoe' is not a known prealloc "
+                      "extra spec", str(exc))
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a22')
+    def test_valid_specs_accepted(self):
+        flavor = self._flavor()
+        self.admin_flavors_client.set_flavor_extra_spec(
+            flavor['id'], **{'prealloc:mode': 'full',
+                             'prealloc:cluster_size': '256K'})
+        specs = self._specs(flavor)
+        self.assertEqual('full', specs['prealloc:mode'])
+        self.assertEqual('256K', specs['prealloc:cluster_size'])
+
+
+class PreallocCheckTest(base.BaseV2ComputeAdminTest):
+    """``prealloc-backend check`` passes on every running compute host."""
+
+    @classmethod
+    def skip_checks(cls):
+        super().skip_checks()
+        if not CONF.prealloc.instances_path:
+            raise cls.skipException('[prealloc] instances_path is not set')
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a30')
+    def test_check_passes_on_compute_hosts(self):
+        services = self.os_admin.services_client.list_services(
+            binary='nova-compute')['services']
+        hosts = [s['host'] for s in services if s['state'] == 'up']
+        self.assertNotEqual([], hosts, services)
+        for name in hosts:
+            code, report = compute_host.ComputeHost(name).prealloc_check()
+            self.assertEqual(0, code, '%s: %s' % (name, report))

@@ -1,0 +1,161 @@
+# Shared by tools/cloud-up, tools/cloud-tempest and tools/cloud-down
+# (sourced after tools/common.sh, not run): where the one-box cloud lives
+# and how its processes are started and stopped.
+#
+# Everything the cloud writes is under CLOUD_DIR (default
+# /var/tmp/prealloc-cloud, PREALLOC_CLOUD_DIR to change it; not under a
+# directory only root can enter: nova-compute runs as the nova user and
+# QEMU as libvirt-qemu, and both must reach it):
+#
+#   venv/          the services' virtualenv (Debian's /usr/bin/python3, so
+#                  that every user can execute it)
+#   tempest-venv/  Tempest and the plugin's Tempest tests
+#   etc/           generated configuration (root-owned; nova-compute's is
+#                  etc/nova/nova.conf, read by the nova group)
+#   run/           PID files ("PID STARTTIME", see record_pid), sockets
+#   state/         what cloud-up changed outside CLOUD_DIR, to put back
+#   log/           one log per service
+#   data/          MariaDB, RabbitMQ, Glance's images, nova's instances
+#   tempest/       the Tempest workspace (etc/tempest.conf, .stestr)
+#
+# Changed outside CLOUD_DIR while the cloud runs, and put back by
+# cloud-down: /etc/sudoers.d/prealloc-cloud (the daemon's sudo rule), the
+# nova system user (created when missing, with group libvirt), /dev/kvm's
+# group and mode (where no udev set them), libvirt's default network
+# autostart link (when cloud-up starts libvirtd itself).
+
+CLOUD_DIR=${PREALLOC_CLOUD_DIR:-/var/tmp/prealloc-cloud}
+CLOUD_USER=${PREALLOC_CLOUD_USER:-nova}
+CLOUD_HOST=prealloc-cloud-1
+SUDOERS_FILE=/etc/sudoers.d/prealloc-cloud
+LIBVIRT_URI=qemu:///system
+AUTOSTART_NET=/etc/libvirt/qemu/networks/autostart/default.xml
+
+# Every service on 127.0.0.1.
+KEYSTONE_PORT=5000
+GLANCE_PORT=9292
+PLACEMENT_PORT=8778
+NOVA_PORT=8774
+NEUTRON_PORT=9696
+MYSQL_PORT=${PREALLOC_CLOUD_MYSQL_PORT:-3306}
+RABBIT_PORT=${PREALLOC_CLOUD_RABBIT_PORT:-5672}
+RABBIT_DIST_PORT=$((RABBIT_PORT + 20000))
+EPMD_PORT=4369
+
+RUN_DIR=$CLOUD_DIR/run
+STATE_DIR=$CLOUD_DIR/state
+LOG_DIR=$CLOUD_DIR/log
+DATA_DIR=$CLOUD_DIR/data
+CLOUD_VENV=$CLOUD_DIR/venv
+TEMPEST_VENV=$CLOUD_DIR/tempest-venv
+TEMPEST_DIR=$CLOUD_DIR/tempest
+# nova-compute's configuration: root-owned, the file the sudo rule names.
+COMPUTE_CONF=$CLOUD_DIR/etc/nova/nova.conf
+
+# The order cloud-down stops the services in (the reverse of start).
+SERVICES="nova-compute nova-scheduler nova-conductor nova-api neutron
+  glance placement keystone libvirtd virtlogd rabbitmq epmd mariadb"
+
+_starttime() {
+  # Field 22 of /proc/PID/stat (the comm field may hold spaces: cut after
+  # its closing parenthesis).
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  echo "$stat" | awk '{print $20}'
+}
+
+# record_pid NAME PID: remember PID and its start time, so that a later
+# stop never signals a recycled PID.
+record_pid() {
+  local st
+  st=$(_starttime "$2") || die "$1 (pid $2) exited at once: see $LOG_DIR/$1.log"
+  echo "$2 $st" >"$RUN_DIR/$1.pid"
+}
+
+# our_pid NAME: print the PID of service NAME if it still runs.
+our_pid() {
+  local pid st
+  [ -s "$RUN_DIR/$1.pid" ] || return 1
+  read -r pid st <"$RUN_DIR/$1.pid"
+  [ -n "$pid" ] && [ "$(_starttime "$pid" 2>/dev/null)" = "$st" ] || return 1
+  echo "$pid"
+}
+
+# stop_pid NAME [WAIT]: SIGTERM, up to WAIT seconds (default 20), SIGKILL.
+stop_pid() {
+  local name=$1 wait=${2:-20} pid i
+  if pid=$(our_pid "$name"); then
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 $((wait * 5))); do
+      our_pid "$name" >/dev/null || break
+      sleep 0.2
+    done
+    if our_pid "$name" >/dev/null; then
+      say "$name ($pid) still runs ${wait} s after SIGTERM: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      for i in $(seq 1 50); do
+        our_pid "$name" >/dev/null || break
+        sleep 0.2
+      done
+    fi
+    say "stopped $name ($pid)"
+  fi
+  rm -f "$RUN_DIR/$name.pid"
+}
+
+# The environment every service starts with: nothing inherited from the
+# caller (no TMPDIR: the sudo rule expects the daemon's socket under /tmp).
+clean_env() {
+  env -i PATH="$CLOUD_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    LANG=C.UTF-8 HOME="$CLOUD_DIR/home" "$@"
+}
+
+# start_service NAME USER [VAR=VALUE...] CMD...: start CMD in its own
+# session as USER (root or the nova user), output to log/NAME.log, and
+# record its PID. Nothing forks in between (the subshell, env, setpriv and
+# setsid exec: a background job of a script leads no process group), so the
+# PID is the service's.
+start_service() {
+  local name=$1 user=$2
+  shift 2
+  local as=() home=$CLOUD_DIR/home
+  if [ "$user" != root ]; then
+    as=(setpriv --reuid="$user" --regid="$user" --init-groups)
+    home=$(getent passwd "$user" | cut -d: -f6)
+  fi
+  # cd: a WSGI server puts its working directory on sys.path (from a
+  # clone's top, nova-api imported the clone's prealloc_backend, not the
+  # virtualenv's).
+  (cd "$CLOUD_DIR" && exec env -i PATH="$CLOUD_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+     LANG=C.UTF-8 HOME="$home" "${as[@]}" setsid env "$@" \
+     >>"$LOG_DIR/$name.log" 2>&1 </dev/null) &
+  sleep 0.2
+  record_pid "$name" $!
+}
+
+# wait_for WHAT SECONDS CMD...: run CMD once a second until it succeeds.
+wait_for() {
+  local what=$1 secs=$2 i
+  shift 2
+  for i in $(seq 1 "$secs"); do
+    if "$@" >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 1
+  done
+  die "$what not ready after $secs s (logs in $LOG_DIR)"
+}
+
+http_ok() {
+  curl -fsS -o /dev/null --max-time 5 "$1"
+}
+
+# admin_env CMD...: CMD with the admin credentials of the cloud.
+admin_env() {
+  env OS_AUTH_URL="http://127.0.0.1:$KEYSTONE_PORT/v3" \
+    OS_USERNAME=admin OS_PASSWORD="$(cat "$CLOUD_DIR/etc/admin-password")" \
+    OS_PROJECT_NAME=admin OS_USER_DOMAIN_NAME=Default \
+    OS_PROJECT_DOMAIN_NAME=Default OS_IDENTITY_API_VERSION=3 \
+    OS_REGION_NAME=RegionOne "$@"
+}
