@@ -19,7 +19,7 @@ info``, its allocation from ``st_blocks`` and ``filefrag`` (extents
 fallocate(2) reserved are "unwritten"), the guest's ``<metadata_cache>``
 from ``virsh dumpxml``, and ``prealloc-backend check`` on the host.
 
-The expectations are the modes of README's "Modes" table, for a qcow2
+The expectations are the modes of doc/source/admin/modes.rst, for a qcow2
 overlay (nova's ``use_cow_images``, the default) on a filesystem with
 fallocate(2):
 
