@@ -10,7 +10,9 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The one way prealloc_backend runs a process: :func:`execute`.
+"""The one way prealloc_backend runs a process: :func:`execute` for a
+command, :func:`call_in_child` for a Python function in a forked child (the
+check's steps run as another user, checks/owner.py).
 
 Everything the plugin runs (qemu-img for nova-compute, fallocate
 --dig-holes after a migration, the host checks, the benchmark's tools and
@@ -46,7 +48,11 @@ Nothing in prealloc_backend/privsep/ runs a process: the privileged daemon
 does its work with system calls only.
 """
 
+import json
+import os
 import subprocess
+import sys
+import traceback
 
 from oslo_concurrency import processutils
 from oslo_log import log as logging
@@ -134,3 +140,68 @@ def _kill(started):
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe:
                 pipe.close()
+
+
+def _message(exc):
+    if hasattr(exc, 'format_message'):
+        return exc.format_message()
+    return str(exc)
+
+
+def _answer_from_child(func, args, answer):
+    status = 0
+    try:
+        data = json.dumps({'result': func(*args)})
+    except BaseException as exc:
+        status = 1
+        data = json.dumps({'error': type(exc).__name__,
+                           'message': _message(exc),
+                           'traceback': traceback.format_exc()[-4000:]})
+    try:
+        data = data.encode()
+        while data:
+            data = data[os.write(answer, data):]
+    except BaseException:
+        status = 2
+    finally:
+        # Never return into the caller's code (its cleanups, its tests).
+        os._exit(status)
+
+
+def call_in_child(func, *args, max_answer=1 << 20):
+    """Run ``func(*args)`` in a forked child (which may drop privileges:
+    nothing of it comes back but its answer) and return ``(reply,
+    wait_status)``: reply is ``{'result': what func returned}`` (anything
+    JSON carries), ``{'error': class name, 'message': ..., 'traceback':
+    ...}`` when it raised, or None when the child ended without a readable
+    answer or answered more than ``max_answer`` bytes.
+    """
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        _answer_from_child(func, args, write_end)
+    os.close(write_end)
+    chunks, size = [], 0
+    try:
+        while True:
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_answer:
+                chunks = None
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        _pid, status = os.waitpid(pid, 0)
+    if chunks is None:
+        return None, status
+    try:
+        reply = json.loads(b''.join(chunks).decode())
+    except ValueError:
+        return None, status
+    return (reply if isinstance(reply, dict) else None), status

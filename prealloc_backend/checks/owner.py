@@ -41,12 +41,11 @@ relative to its working directory, which is that same directory.
 """
 
 import errno
-import json
 import os
 import pwd
 import stat
-import sys
-import traceback
+
+from prealloc_backend import process
 
 # Most bytes a step's answer may take (a few facts, or an error message).
 MAX_ANSWER = 1 << 20
@@ -182,72 +181,26 @@ def drop_to(creds):
                                'to %r' % creds)
 
 
-def _message(exc):
-    if hasattr(exc, 'format_message'):
-        return exc.format_message()
-    return str(exc)
-
-
-def _child(fd, creds, step, args, answer):
-    status = 0
-    try:
-        if creds is not None:
-            drop_to(creds)
-        os.fchdir(fd)
-        data = json.dumps({'result': step(fd, *args)})
-    except BaseException as exc:
-        status = 1
-        data = json.dumps({'error': type(exc).__name__,
-                           'message': _message(exc),
-                           'traceback': traceback.format_exc()[-4000:]})
-    try:
-        data = data.encode()
-        while data:
-            data = data[os.write(answer, data):]
-    except BaseException:
-        status = 2
-    finally:
-        # Never return into the caller's code (its cleanups, its tests).
-        os._exit(status)
+def _step_in_child(fd, creds, step, args):
+    if creds is not None:
+        drop_to(creds)
+    os.fchdir(fd)
+    return step(fd, *args)
 
 
 def run_in(fd, path, step, *args, creds=None):
-    """Run ``step(fd, *args)`` in a forked child working in the directory
-    ``fd`` (``path``: its name, for messages only) as ``creds`` (see
-    credentials_for; None: as the caller). Returns what the step returned
-    (anything JSON can carry); raises StepFailed when the step raised.
+    """Run ``step(fd, *args)`` in a forked child (process.call_in_child)
+    working in the directory ``fd`` (``path``: its name, for messages only)
+    as ``creds`` (see credentials_for; None: as the caller). Returns what
+    the step returned (anything JSON can carry); raises StepFailed when the
+    step raised.
     """
-    read_end, write_end = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        _child(fd, creds, step, args, write_end)
-    os.close(write_end)
-    chunks, size = [], 0
-    try:
-        while True:
-            chunk = os.read(read_end, 65536)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > MAX_ANSWER:
-                raise StepFailed('AnswerTooLong',
-                                 'the step in %s answered more than %d '
-                                 'bytes' % (path, MAX_ANSWER))
-            chunks.append(chunk)
-    finally:
-        os.close(read_end)
-        _pid, status = os.waitpid(pid, 0)
-    try:
-        reply = json.loads(b''.join(chunks).decode())
-    except ValueError:
+    reply, status = process.call_in_child(
+        _step_in_child, fd, creds, step, args, max_answer=MAX_ANSWER)
+    if reply is None:
         raise StepFailed('NoAnswer', 'the step in %s ended (wait status %d) '
-                                     'without an answer' % (path, status))
-    if not isinstance(reply, dict):
-        raise StepFailed('NoAnswer', 'the step in %s answered %r'
-                         % (path, reply))
+                                     'without an answer of at most %d bytes'
+                         % (path, status, MAX_ANSWER))
     if 'error' in reply:
         raise StepFailed(str(reply['error']), str(reply.get('message')))
     return reply.get('result')

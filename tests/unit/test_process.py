@@ -164,6 +164,39 @@ class ExecuteTestCase(base.BaseTestCase):
         self.assertEqual(-9, exc.exit_code)
 
 
+def _pid_and_args(*args):
+    return [os.getpid()] + list(args)
+
+
+def _raises():
+    raise exception.PreallocError('refused: /x')
+
+
+class CallInChildTestCase(base.BaseTestCase):
+
+    def test_result_from_another_process(self):
+        reply, status = process.call_in_child(_pid_and_args, 'a', 2)
+        self.assertEqual(0, status)
+        pid, *args = reply['result']
+        self.assertNotEqual(os.getpid(), pid)
+        self.assertEqual(['a', 2], args)
+
+    def test_error_named_with_its_message(self):
+        reply, status = process.call_in_child(_raises)
+        self.assertEqual('PreallocError', reply['error'])
+        self.assertIn('refused: /x', reply['message'])
+        self.assertIn('Traceback', reply['traceback'])
+        self.assertNotEqual(0, status)
+
+    def test_answer_too_long_is_no_answer(self):
+        reply, _status = process.call_in_child(lambda: 'x' * 5000,
+                                               max_answer=4096)
+        self.assertIsNone(reply)
+        reply, _status = process.call_in_child(lambda: 'x' * 4000,
+                                               max_answer=4096)
+        self.assertEqual('x' * 4000, reply['result'])
+
+
 class OnlyRunnerTestCase(base.BaseTestCase):
     """process.py is the only module of the package that starts a process;
     the privileged daemon's modules (privsep/) start none at all.
