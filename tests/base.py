@@ -13,7 +13,9 @@
 """Base test case: real temporary instances_path, real qemu-img."""
 
 import os
+import shutil
 import subprocess
+import sys
 import threading
 
 import fixtures
@@ -252,3 +254,51 @@ class BoundaryTestCase(TestCase):
         for p, state in before.items():
             self.assertEqual(state, pb_fixtures.file_state(p),
                              'touched: %s' % p)
+
+
+# The privsep check's test cases, shared by tests/unit/test_check_privsep.py
+# and tests/integration/test_check_privsep.py.
+BIN = os.path.dirname(sys.executable)
+PRIVSEP_HELPER = os.path.join(BIN, 'privsep-helper')
+FILTERS = os.path.join(os.path.dirname(__file__), '..', 'etc', 'rootwrap.d',
+                       'prealloc_backend.filters')
+
+
+class PrivsepCheckCase(CheckTestCase):
+    """prealloc-backend check's privsep check on a real nova.conf."""
+
+    def setUp(self):
+        super().setUp()
+        self.sections = self.nova_conf()
+
+    def check(self, helper_command=None, mode='space'):
+        self.sections['prealloc_backend']['mode'] = mode
+        if helper_command is None:
+            del self.sections['prealloc_backend_privsep']
+        else:
+            self.sections['prealloc_backend_privsep']['helper_command'] = (
+                helper_command)
+        from prealloc_backend.checks import privsep
+
+        return privsep.check_privsep(self.check_host(self.sections))
+
+
+class RootHelperCheckCase(PrivsepCheckCase):
+    """nova-compute's root helper (sudo nova-rootwrap) and its filters."""
+
+    def setUp(self):
+        super().setUp()
+        # oslo.privsep keeps the root helper in a global: put its
+        # default back.
+        from oslo_privsep import priv_context
+
+        self.addCleanup(priv_context.init, root_helper=['sudo'])
+        self.filters_dir = os.path.join(self.tmp, 'rootwrap.d')
+        os.mkdir(self.filters_dir)
+        shutil.copy(FILTERS, self.filters_dir)
+        self.rootwrap_conf = os.path.join(self.tmp, 'rootwrap.conf')
+        self.sections['DEFAULT']['rootwrap_config'] = self.rootwrap_conf
+
+    def write_rootwrap(self, exec_dirs):
+        pb_fixtures.write_conf(self.rootwrap_conf, {'DEFAULT': {
+            'filters_path': self.filters_dir, 'exec_dirs': exec_dirs}})

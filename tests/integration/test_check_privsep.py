@@ -14,7 +14,8 @@
 
 The check runs this venv's Python (the one privsep-helper starts with) to
 import the plugin, a child process that imports nova: these cases are here,
-the others (and the helpers they share) in tests/unit/test_check_privsep.py.
+the others in tests/unit/test_check_privsep.py (the cases they share in
+tests/base.py).
 """
 
 import os
@@ -22,13 +23,13 @@ import shutil
 import sys
 
 from prealloc_backend.checks import result
-from tests.unit import test_check_privsep as check_privsep
+from tests import base
 
-PRIVSEP_HELPER = check_privsep.PRIVSEP_HELPER
-BIN = check_privsep.BIN
+PRIVSEP_HELPER = base.PRIVSEP_HELPER
+BIN = base.BIN
 
 
-class TestHelperCommand(check_privsep.PrivsepCase):
+class TestHelperCommand(base.PrivsepCheckCase):
 
     def test_healthy(self):
         res = self.check('%s --config-file %s' % (PRIVSEP_HELPER,
@@ -53,7 +54,7 @@ class TestHelperCommand(check_privsep.PrivsepCase):
             res.facts['helper_instances_path']))
 
 
-class TestRootHelper(check_privsep.RootHelperCase):
+class TestRootHelper(base.RootHelperCheckCase):
 
     def test_command_line_matched_against_the_filters(self):
         self.write_rootwrap(BIN)

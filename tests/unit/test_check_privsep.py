@@ -28,37 +28,18 @@ tests/privileged/test_check_privsep_sudo.py asks real sudo.
 
 import os
 import shutil
-import sys
 
 import fixtures
-
-from oslo_privsep import priv_context
 
 from prealloc_backend.checks import privsep
 from prealloc_backend.checks import result
 from tests import base
 from tests import fixtures as pb_fixtures
 
-BIN = os.path.dirname(sys.executable)
-PRIVSEP_HELPER = os.path.join(BIN, 'privsep-helper')
-FILTERS = os.path.join(os.path.dirname(__file__), '..', '..', 'etc',
-                       'rootwrap.d', 'prealloc_backend.filters')
-
-
-class PrivsepCase(base.CheckTestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.sections = self.nova_conf()
-
-    def check(self, helper_command=None, mode='space'):
-        self.sections['prealloc_backend']['mode'] = mode
-        if helper_command is None:
-            del self.sections['prealloc_backend_privsep']
-        else:
-            self.sections['prealloc_backend_privsep']['helper_command'] = (
-                helper_command)
-        return privsep.check_privsep(self.check_host(self.sections))
+BIN = base.BIN
+PRIVSEP_HELPER = base.PRIVSEP_HELPER
+PrivsepCase = base.PrivsepCheckCase
+RootHelperCase = base.RootHelperCheckCase
 
 
 class TestHelperCommand(PrivsepCase):
@@ -97,25 +78,6 @@ class TestHelperCommand(PrivsepCase):
         self.assertIn('cannot import the plugin', res.details)
         self.assertIn('ModuleNotFoundError', res.details)
         self.assertIn('Install prealloc_backend', res.fix)
-
-
-class RootHelperCase(PrivsepCase):
-    """nova-compute's root helper (sudo nova-rootwrap) and its filters."""
-
-    def setUp(self):
-        super().setUp()
-        # oslo.privsep keeps the root helper in a global: put its
-        # default back.
-        self.addCleanup(priv_context.init, root_helper=['sudo'])
-        self.filters_dir = os.path.join(self.tmp, 'rootwrap.d')
-        os.mkdir(self.filters_dir)
-        shutil.copy(FILTERS, self.filters_dir)
-        self.rootwrap_conf = os.path.join(self.tmp, 'rootwrap.conf')
-        self.sections['DEFAULT']['rootwrap_config'] = self.rootwrap_conf
-
-    def write_rootwrap(self, exec_dirs):
-        pb_fixtures.write_conf(self.rootwrap_conf, {'DEFAULT': {
-            'filters_path': self.filters_dir, 'exec_dirs': exec_dirs}})
 
 
 class TestRootHelper(RootHelperCase):
