@@ -47,6 +47,7 @@ own ``__init__`` is empty (tests/unit/test_privsep_helper.py checks both in a
 fresh interpreter).
 """
 
+import errno
 import grp
 import os
 import pwd
@@ -253,6 +254,13 @@ def check_config(files, dirs, uid, gids):
                           '%s' % (path, why))
 
 
+def _is_link(path):
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def pin_socket(sock_path, uid):
     """Check the socket nova-compute listens on; return a path naming it
     that no one can redirect (/proc/self/fd/N of an O_PATH descriptor).
@@ -265,8 +273,15 @@ def pin_socket(sock_path, uid):
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY |
                          os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise Refused('--privsep_sock_path %s: its directory is not a '
-                      'directory (a symlink?): %s' % (sock_path, exc))
+        why = {errno.ENOTDIR: 'is not a directory',
+               errno.ENOENT: 'does not exist'}.get(exc.errno,
+                                                  'cannot be opened')
+        # O_NOFOLLOW | O_DIRECTORY answers ENOTDIR for a symlink: lstat
+        # only to name it (the open above already refused it).
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_link(directory):
+            why = 'is a symlink'
+        raise Refused('--privsep_sock_path %s: its directory %s: %s'
+                      % (sock_path, why, exc))
     try:
         st = os.fstat(dir_fd)
         if st.st_uid != uid or stat.S_IMODE(st.st_mode) != 0o700:

@@ -56,11 +56,14 @@ class UnsafeDirectory(Exception):
 
 
 class StepFailed(Exception):
-    """The step raised in the child: ``kind`` (its class name), message."""
+    """The step raised in the child: ``kind`` (its class name), message,
+    and ``user``: the name of the user the step ran as.
+    """
 
-    def __init__(self, kind, message):
+    def __init__(self, kind, message, user):
         self.kind = kind
         self.message = message
+        self.user = user
         super().__init__('%s: %s' % (kind, message))
 
 
@@ -197,12 +200,14 @@ def run_in(fd, path, step, *args, creds=None):
     """
     reply, status = process.call_in_child(
         _step_in_child, fd, creds, step, args, max_answer=MAX_ANSWER)
+    user = creds.name if creds is not None else user_name(os.geteuid())
     if reply is None:
         raise StepFailed('NoAnswer', 'the step in %s ended (wait status %d) '
                                      'without an answer of at most %d bytes'
-                         % (path, status, MAX_ANSWER))
+                         % (path, status, MAX_ANSWER), user)
     if 'error' in reply:
-        raise StepFailed(str(reply['error']), str(reply.get('message')))
+        raise StepFailed(str(reply['error']), str(reply.get('message')),
+                         user)
     return reply.get('result')
 
 

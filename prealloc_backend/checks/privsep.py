@@ -148,19 +148,28 @@ def helper_instances_path(files, dirs):
         if opt.dest == 'instances_path':
             opts['instances_path'] = opt
     scratch.register_opts(list(opts.values()))
+    if not _read_as_helper(scratch, files, dirs, 'configuration'):
+        return None
+    return scratch.instances_path
+
+
+def _read_as_helper(scratch, files, dirs, what):
+    """Parse ``files``/``dirs`` into ``scratch`` as the helper does
+    (project 'privsep'); False (and a warning naming ``what``) when they
+    cannot be read.
+    """
     args = []
     for path in files:
         args += ['--config-file', path]
     for path in dirs:
         args += ['--config-dir', path]
     try:
-        # privsep-helper parses its arguments with project 'privsep'.
         scratch(args, project='privsep', prog='privsep-helper',
                 default_config_files=[])
-        return scratch.instances_path
     except (cfg.Error, ValueError) as exc:
-        LOG.warning("Cannot read the helper's configuration: %s", exc)
-        return None
+        LOG.warning("Cannot read the helper's %s: %s", what, exc)
+        return False
+    return True
 
 
 def via_helper_command(host, helper_command, found):
@@ -441,16 +450,7 @@ def _log_options(files, dirs):
     """oslo.log's options as the helper reads them from files/dirs."""
     scratch = cfg.ConfigOpts()
     logging.register_options(scratch)
-    args = []
-    for path in files:
-        args += ['--config-file', path]
-    for path in dirs:
-        args += ['--config-dir', path]
-    try:
-        scratch(args, project='privsep', prog='privsep-helper',
-                default_config_files=[])
-    except (cfg.Error, ValueError) as exc:
-        LOG.warning("Cannot read the helper's log options: %s", exc)
+    if not _read_as_helper(scratch, files, dirs, 'log options'):
         return None
     return scratch
 

@@ -161,9 +161,10 @@ class HostChecks(upgradecheck.UpgradeCommands):
                                      'See the message.')
             except owner.StepFailed as exc:
                 res = result.failure(
-                    'Not checked: the probe in instances_path failed: %s'
-                    % exc.message,
-                    'See the message: the nova user meets the same error.')
+                    'Not checked: the probe in instances_path, run as %s, '
+                    'failed: %s' % (exc.user, exc.message),
+                    'See the message: whoever writes there as %s meets the '
+                    'same error.' % exc.user)
             results.append((name, res))
         return results
 

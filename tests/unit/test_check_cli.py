@@ -16,9 +16,11 @@ The command run as operators run it (a child process that parses nova's
 global configuration) is in tests/integration/test_check_cli.py.
 """
 
+from oslo_upgradecheck import upgradecheck
 from oslo_utils import units
 from oslotest import base
 
+from prealloc_backend.checks import owner
 from prealloc_backend.cmd import check
 
 
@@ -32,3 +34,39 @@ class TestParseSize(base.BaseTestCase):
         self.assertEqual(512, check.parse_size('512'))
         self.assertRaises(ValueError, check.parse_size, '1.5G')
         self.assertRaises(ValueError, check.parse_size, 'big')
+
+
+def _step_failed(host):
+    raise owner.StepFailed('OSError', '[Errno 28] No space left on device',
+                           'nova')
+
+
+def _unsafe(host):
+    raise owner.UnsafeDirectory('/srv/instances: writable by group staff')
+
+
+class TestRunChecks(base.BaseTestCase):
+    """A check never raises: run_checks turns what a check raised into a
+    Failure that says what happened and whom it concerns.
+    """
+
+    def run_one(self, func):
+        class OneCheck(check.HostChecks):
+            _upgrade_checks = (('Probe', check._method(func)),)
+
+        (name, res), = OneCheck(host=None).run_checks()
+        self.assertEqual('Probe', name)
+        self.assertEqual(upgradecheck.Code.FAILURE, res.code)
+        return res
+
+    def test_step_failure_names_who_ran_it(self):
+        res = self.run_one(_step_failed)
+        self.assertEqual('Not checked: the probe in instances_path, run as '
+                         'nova, failed: [Errno 28] No space left on device',
+                         res.details)
+        self.assertIn('as nova meets the same error', res.fix)
+
+    def test_unsafe_directory(self):
+        res = self.run_one(_unsafe)
+        self.assertIn('Not checked: /srv/instances: writable by group',
+                      res.details)

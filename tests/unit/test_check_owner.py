@@ -143,6 +143,9 @@ class RunInTestCase(base.BaseTestCase):
                                 self.tmp, _raise)
         self.assertEqual('PermissionError', exc.kind)
         self.assertIn('Permission denied', exc.message)
+        # Who the step ran as (here: the caller itself), for the check's
+        # advice.
+        self.assertEqual(owner.user_name(os.geteuid()), exc.user)
 
     def test_step_answer_must_be_json(self):
         exc = self.assertRaises(owner.StepFailed, owner.run_in, self.fd,

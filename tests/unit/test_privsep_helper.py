@@ -233,7 +233,17 @@ class SocketTestCase(base.BaseTestCase):
         link = os.path.join(self.tmp, 'tmplinkxxx')
         os.symlink(other, link)
         self.refused(os.path.join(link, 'privsep.sock'),
-                     'its directory is not a directory (a symlink?)')
+                     'its directory is a symlink')
+
+    def test_directory_missing(self):
+        self.refused(os.path.join(self.tmp, 'gone', 'privsep.sock'),
+                     'its directory does not exist')
+
+    def test_directory_is_a_file(self):
+        path = os.path.join(self.tmp, 'file')
+        open(path, 'w').close()
+        self.refused(os.path.join(path, 'privsep.sock'),
+                     'its directory is not a directory')
 
     def test_directory_mode(self):
         directory = self.sockdir(mode=0o755)
