@@ -877,8 +877,8 @@ class BlockioResult:
 
 
 def run_blockio(disk, disk_format, step=STEP_NONE, block_sizes=None,
-                count=64, sector=1, fs='ext4', guest=None, accel=None, aio='threads',
-                timeout=None, workdir=None):
+                count=64, sector=1, fs='ext4', guest=None, accel=None,
+                aio='threads', timeout=None, workdir=None):
     """Boot the guest on ``disk`` with plain QEMU, advertising
     ``block_sizes`` (see :func:`qemu_command`), run the blockio ``step``
     and return a :class:`BlockioResult`; raises :class:`GuestError`.

@@ -18,8 +18,8 @@ in tests/functional/real/test_blockio.py.
 
 from lxml import etree
 
-from prealloc_backend import policy
 from prealloc_backend.modes import Mode
+from prealloc_backend import policy
 from tests import base
 
 
