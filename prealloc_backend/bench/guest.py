@@ -25,6 +25,12 @@ tells ``/init`` what to do with the first virtio disk:
 * ``idle``: print the disk's size, the md5 of its first MiBs (so a test
   can prove the guest sees the image's data) and the kernel's boot_id (so
   a test can tell one boot from the next), then stay up.
+* ``blockio``: print the block sizes the disk advertises, run one step
+  (mkfs.ext4/mkfs.xfs, a small filesystem workload, or 512-byte O_DIRECT
+  writes) and power off; QEMU's trace counts the guest's write requests by
+  size (:func:`run_blockio`). Its filesystem steps need a guest built with
+  :data:`FS_TOOLS` (the host's mke2fs, mkfs.xfs and GNU dd with their
+  libraries).
 
 It belongs to the benchmark (``prealloc-backend bench --guest``) and the
 real-hypervisor tests, never to what nova-compute imports.
