@@ -729,6 +729,10 @@ class _PreallocImage:
             LOG.warning('No <metadata_cache> for %(path)s: %(err)s',
                         {'path': self.path, 'err': exc})
             return info
+        block = policy.physical_block_size(self._opts, mode, existing)
+        if block:
+            # <blockio>: a 512e disk whose physical block is a subcluster.
+            info.physical_block_size = str(block)
         max_size = policy.metadata_cache_for(
             self._opts, existing.virtual_size, existing.cluster_size,
             existing.extended_l2)

@@ -248,6 +248,24 @@ reservation. Disks of mode ``none`` always keep nova's value. Applied to
 the guest XML at every (re)definition, so existing instances change at
 their next hard reboot, resize or migration.
 """),
+    cfg.BoolOpt('advertise_physical_block_size',
+        default=True,
+        help="""
+Tell guests that a qcow2 disk whose subclusters are 4 KiB (the plugin's
+128K clusters with extended_l2) has 4 KiB physical blocks: the disk's
+``<blockio physical_block_size='4096'/>``, a 512e disk (512-byte logical
+blocks, so every guest write that worked still works, with the same
+data). Filesystems made on it afterwards align to 4 KiB: measured in a
+Linux guest, mkfs.xfs then picks 4 KiB sectors and XFS stops issuing
+512-byte log writes, each of which costs a copy of the rest of its
+subcluster where it lands over backing data. Disks of mode ``none``, raw
+disks and other layouts are left as nova makes them, and so is every disk
+where ``qcow2_l2_cache = qemu-default`` (the layout is read from the disk
+only for the full-coverage cache). Applied to the guest
+XML at every (re)definition, so existing instances see 4 KiB at their next
+hard reboot, resize or migration; their filesystems keep working as they
+were made. See doc/source/admin/write-size.rst.
+"""),
     cfg.Opt('allocation_timeout',
         type=Integer(min=0),
         default=0,

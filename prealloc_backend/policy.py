@@ -501,3 +501,29 @@ class _Override:
         if name in self._values:
             return self._values[name]
         return getattr(self._opts, name)
+
+
+# A guest write smaller than a subcluster over backing data copies the rest
+# of the subcluster first; the plugin's default layout (128K clusters,
+# extended_l2) has 4 KiB subclusters, the size 512e disks advertise.
+ADVERTISED_PHYSICAL_BLOCK = 4 * units.Ki
+SUBCLUSTERS_PER_CLUSTER = 32
+
+
+def physical_block_size(opts, mode, existing):
+    """The ``<blockio physical_block_size>`` of a qcow2 disk, or None.
+
+    4096 where ``existing`` (the disk's ExistingDisk as it is on the host)
+    has 4 KiB subclusters, the disk's mode is not none and ``[prealloc_
+    backend] advertise_physical_block_size`` is on; None (nova's XML, QEMU's
+    512) everywhere else. The logical block size stays 512, so guests that
+    write 512 bytes still can (doc/source/admin/write-size.rst).
+    """
+    if (not opts.advertise_physical_block_size or mode is Mode.NONE or
+            existing is None or not existing.extended_l2 or
+            not existing.cluster_size):
+        return None
+    subcluster = existing.cluster_size // SUBCLUSTERS_PER_CLUSTER
+    if subcluster != ADVERTISED_PHYSICAL_BLOCK:
+        return None
+    return ADVERTISED_PHYSICAL_BLOCK

@@ -25,6 +25,12 @@ tells ``/init`` what to do with the first virtio disk:
 * ``idle``: print the disk's size, the md5 of its first MiBs (so a test
   can prove the guest sees the image's data) and the kernel's boot_id (so
   a test can tell one boot from the next), then stay up.
+* ``blockio``: print the block sizes the disk advertises, run one step
+  (mkfs.ext4/mkfs.xfs, a small filesystem workload, or 512-byte O_DIRECT
+  writes) and power off; QEMU's trace counts the guest's write requests by
+  size (:func:`run_blockio`). Its filesystem steps need a guest built with
+  :data:`FS_TOOLS` (the host's mke2fs, mkfs.xfs and GNU dd with their
+  libraries).
 
 It belongs to the benchmark (``prealloc-backend bench --guest``) and the
 real-hypervisor tests, never to what nova-compute imports.
@@ -82,6 +88,25 @@ ACTION_WRITE = 'write'
 ACTION_IDLE = 'idle'
 ACTION_PROBE = 'probe'
 ACTION_TRIM = 'trim'
+ACTION_BLOCKIO = 'blockio'
+# What the blockio action does after reporting the disk's queue limits.
+STEP_NONE = 'none'
+STEP_MKFS = 'mkfs'        # mke2fs -t ext4 over the whole disk
+STEP_FS = 'fs'            # mount that ext4, write files, fsync, unmount
+STEP_DD512 = 'dd512'      # 512-byte O_DIRECT writes at odd sectors
+BLOCKIO_STEPS = (STEP_NONE, STEP_MKFS, STEP_FS, STEP_DD512)
+# The 512 bytes each dd512 write carries (the host checks them).
+DD512_PATTERN = (b'prealloc-512\n' * 40)[:512]
+# Host tools copied (with their shared libraries) into a guest built with
+# tools: the filesystem steps of the blockio action need them.
+# GNU dd: busybox's dd gives up O_DIRECT (its writes reach the disk as
+# 4 KiB page-cache writeback, seen in QEMU's trace), GNU dd keeps it.
+FS_TOOLS = ('/usr/sbin/mke2fs', '/etc/mke2fs.conf', '/usr/sbin/mkfs.xfs',
+            '/usr/bin/dd')
+# Loaded too in a guest built with tools (ext4 is builtin in Debian's
+# kernels, xfs a module).
+FS_MODULES = ('xfs',)
+FILESYSTEMS = ('ext4', 'xfs')
 ACCEL_KVM = 'kvm'
 ACCEL_TCG = 'tcg'
 RUNNER_QEMU = 'qemu'
@@ -177,6 +202,61 @@ case "$action" in
   echo "$M trim off_mib=$off mib=$len rc=$trc write_mib=$mib" \
        "write_rc=$wrc md5_mib=$md5_mib md5=$md5"
   sed "s/^/$M blkdiscard: /" /tmp/trim.err
+  echo "$M done"
+  halt_guest
+  ;;
+@ACTION_BLOCKIO@)
+  q=/sys/block/$dev/queue
+  echo "$M blockio logical=$(cat $q/logical_block_size)" \
+       "physical=$(cat $q/physical_block_size)" \
+       "min_io=$(cat $q/minimum_io_size) opt_io=$(cat $q/optimal_io_size)"
+  step=$(arg prealloc_step none)
+  count=$(arg prealloc_count 64)
+  first=$(arg prealloc_sector 1)
+  fs=$(arg prealloc_fs ext4)
+  rc=0
+  case "$step" in
+  mkfs)
+    if [ "$fs" = xfs ]; then
+      /usr/sbin/mkfs.xfs -q -f "/dev/$dev" >/tmp/step.err 2>&1
+    else
+      /usr/sbin/mke2fs -q -F -t ext4 "/dev/$dev" >/tmp/step.err 2>&1
+    fi
+    rc=$?
+    ;;
+  fs)
+    mkdir -p /mnt
+    mount -t "$fs" "/dev/$dev" /mnt >/tmp/step.err 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then
+      i=0
+      while [ $i -lt "$count" ]; do
+        echo "file $i" | dd of="/mnt/f$i" conv=fsync 2>/dev/null || rc=1
+        i=$((i + 1))
+      done
+      dd if=/dev/zero of=/mnt/big bs=1M count=8 conv=fsync \
+         2>>/tmp/step.err || rc=1
+      sync
+      umount /mnt 2>>/tmp/step.err || rc=1
+    fi
+    ;;
+  dd512)
+    yes prealloc-512 | head -c 512 >/tmp/pat
+    i=0
+    while [ $i -lt "$count" ]; do
+      /usr/bin/dd if=/tmp/pat of="/dev/$dev" bs=512 \
+         seek=$((first + 2 * i)) count=1 oflag=direct conv=notrunc \
+         status=none 2>>/tmp/step.err || rc=1
+      i=$((i + 1))
+    done
+    ;;
+  esac
+  md5=$(dd if="/dev/$dev" bs=512 skip="$first" count=$((2 * count)) \
+        iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
+  set -- $(cat /sys/block/$dev/stat)
+  echo "$M step name=$step rc=$rc writes=$5 write_sectors=$7" \
+       "first=$first count=$count md5=$md5"
+  sed "s/^/$M step-err: /" /tmp/step.err 2>/dev/null
   echo "$M done"
   halt_guest
   ;;
@@ -519,14 +599,35 @@ class _Cpio:
         return self._out.getvalue()
 
 
-def _initramfs_bytes(modules, busybox):
+def _tool_files(tools):
+    """[(path, bytes)] of each host file in ``tools`` and, for an ELF
+    program, of the shared libraries ``ldd`` names (the guest has no
+    others), each at its host path.
+    """
+    files = {}
+    for tool in tools:
+        paths = [tool]
+        with open(tool, 'rb') as f:
+            elf = f.read(4) == b'\x7fELF'
+        if elf:
+            out = process.execute('ldd', tool)
+            paths += re.findall(r'(/\S+) \(0x', out)
+        for path in paths:
+            if path not in files:
+                with open(path, 'rb') as f:
+                    files[path] = f.read()
+    return sorted(files.items())
+
+
+def _initramfs_bytes(modules, busybox, tools=()):
     with open(busybox, 'rb') as f:
         busybox_data = f.read()
     init = INIT_SCRIPT
     for key, value in (('@MARK@', CONSOLE_MARK),
                        ('@ACTION_WRITE@', ACTION_WRITE),
                        ('@ACTION_PROBE@', ACTION_PROBE),
-                       ('@ACTION_TRIM@', ACTION_TRIM)):
+                       ('@ACTION_TRIM@', ACTION_TRIM),
+                       ('@ACTION_BLOCKIO@', ACTION_BLOCKIO)):
         init = init.replace(key, value)
     cpio = _Cpio()
     for directory in ('bin', 'dev', 'etc', 'lib', 'lib/modules', 'proc',
@@ -543,6 +644,15 @@ def _initramfs_bytes(modules, busybox):
         cpio.add('lib/modules/' + filename, stat.S_IFREG | 0o644, data)
     cpio.add('etc/prealloc-modules', stat.S_IFREG | 0o644,
              ('\n'.join(names) + '\n').encode())
+    made = set()
+    for path, data in tools:
+        parts = path.strip('/').split('/')
+        for depth in range(1, len(parts)):
+            directory = '/'.join(parts[:depth])
+            if directory not in made:
+                made.add(directory)
+                cpio.add(directory, stat.S_IFDIR | 0o755)
+        cpio.add('/'.join(parts), stat.S_IFREG | 0o755, data)
     return gzip.compress(cpio.finish(), mtime=0)
 
 
@@ -559,8 +669,12 @@ def _static_busybox():
                      'busybox-static' % ', '.join(BUSYBOX_CANDIDATES))
 
 
-def build_guest(cache=None, download=False):
+def build_guest(cache=None, download=False, tools=()):
     """Return a :class:`Guest`, building its initramfs when needed.
+
+    ``tools``: host files (programs with their shared libraries, and
+    plain files) to put in the initramfs at the same paths, e.g.
+    :data:`FS_TOOLS` for the blockio action's filesystem steps.
 
     The initramfs is kept in the cache under a name that hashes its
     content sources, so it is rebuilt when the kernel, busybox or /init
@@ -569,8 +683,12 @@ def build_guest(cache=None, download=False):
     cache = cache or cache_dir()
     vmlinuz, modules_dir, release = find_kernel(cache, download=download)
     busybox = _static_busybox()
-    modules = _resolve_modules(modules_dir)
+    modules = _resolve_modules(
+        modules_dir, GUEST_MODULES + (FS_MODULES if tools else ()))
+    tool_files = _tool_files(tools)
     digest = hashlib.sha256(INIT_SCRIPT.encode())
+    for path, data in tool_files:
+        digest.update(path.encode() + hashlib.sha256(data).digest())
     digest.update(release.encode())
     for name, data in modules:
         digest.update(name.encode() + hashlib.sha256(data).digest())
@@ -580,7 +698,7 @@ def build_guest(cache=None, download=False):
                              (release, digest.hexdigest()[:12]))
     if not os.path.exists(initramfs):
         os.makedirs(cache, exist_ok=True)
-        data = _initramfs_bytes(modules, busybox)
+        data = _initramfs_bytes(modules, busybox, tool_files)
         fd, tmp = tempfile.mkstemp(dir=cache, prefix='.initramfs-')
         with os.fdopen(fd, 'wb') as f:
             f.write(data)
@@ -595,8 +713,15 @@ def build_guest(cache=None, download=False):
 # -- console --------------------------------------------------------------
 
 def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
-                   console='ttyS0', trim_off_mib=128, trim_mib=512):
+                   console='ttyS0', trim_off_mib=128, trim_mib=512,
+                   step=STEP_NONE, count=64, sector=1, fs='ext4'):
     """The guest kernel command line for ``action``.
+
+    ``blockio``: report the disk's queue limits (logical and physical
+    block size, minimum and optimal I/O size), run ``step`` (see
+    BLOCKIO_STEPS; ``count`` files or 512-byte writes, the writes at every
+    other sector from ``sector``), report the disk's write count and the
+    md5 of the ``2 * count`` sectors from ``sector`` and power off.
 
     ``trim``: discard ``trim_mib`` MiB from ``trim_off_mib`` (blkdiscard),
     then write ``mib`` MiB of zeros at ``trim_off_mib`` (O_DIRECT), report
@@ -618,6 +743,16 @@ def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
                       'prealloc_md5_mib=%d' % int(md5_mib),
                       'prealloc_trim_off_mib=%d' % int(trim_off_mib),
                       'prealloc_trim_mib=%d' % int(trim_mib)])
+    elif action == ACTION_BLOCKIO:
+        if step not in BLOCKIO_STEPS:
+            raise ValueError('blockio step %r: allowed steps are %s' %
+                             (step, ', '.join(BLOCKIO_STEPS)))
+        if fs not in FILESYSTEMS:
+            raise ValueError('blockio filesystem %r: allowed are %s' %
+                             (fs, ', '.join(FILESYSTEMS)))
+        words.extend(['prealloc_step=%s' % step, 'prealloc_fs=%s' % fs,
+                      'prealloc_count=%d' % int(count),
+                      'prealloc_sector=%d' % int(sector)])
     return ' '.join(words)
 
 
@@ -687,9 +822,14 @@ def _default_timeout(accel, mib):
 
 def qemu_command(guest, disk, disk_format, cmdline, accel, console_path,
                  cache='none', aio='threads', cache_size=None,
-                 memory_mib=MEMORY_MIB):
+                 memory_mib=MEMORY_MIB, block_sizes=None, trace_path=None):
     """The qemu-system-x86_64 command line of a guest (``disk`` None: no
     disk).
+
+    ``block_sizes``: (logical, physical) block sizes the virtio disk
+    advertises (libvirt's ``<blockio>``), None for QEMU's (512, 512).
+    ``trace_path``: a file QEMU logs each guest write request to
+    (trace event virtio_blk_handle_write; see :func:`parse_write_trace`).
     """
     cmd = ['qemu-system-x86_64', '-nodefaults', '-no-user-config',
            '-display', 'none', '-no-reboot',
@@ -703,8 +843,84 @@ def qemu_command(guest, disk, disk_format, cmdline, accel, console_path,
                  'aio=%s' % aio]
         if cache_size and disk_format == 'qcow2':
             drive.append('cache-size=%d' % int(cache_size))
-        cmd += ['-drive', ','.join(drive)]
+        if block_sizes:
+            drive[2] = 'if=none'
+            drive.append('id=disk0')
+            cmd += ['-drive', ','.join(drive), '-device',
+                    'virtio-blk-pci,drive=disk0,logical_block_size=%d,'
+                    'physical_block_size=%d' % tuple(block_sizes)]
+        else:
+            cmd += ['-drive', ','.join(drive)]
+    if trace_path:
+        cmd += ['-trace', 'enable=virtio_blk_handle_write', '-D',
+                trace_path]
     return cmd
+
+
+def parse_write_trace(text):
+    """{request bytes: count} of the guest's write requests in a QEMU
+    log of virtio_blk_handle_write (``... sector S nsectors N``; virtio
+    sectors are 512 bytes whatever the advertised block size).
+    """
+    sizes = {}
+    for match in re.finditer(r'virtio_blk_handle_write\b.*?nsectors (\d+)',
+                             text):
+        size = int(match.group(1)) * 512
+        sizes[size] = sizes.get(size, 0) + 1
+    return sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockioResult:
+    """What a blockio guest reported, and its write requests as QEMU saw
+    them ({bytes: count}).
+    """
+
+    queue: dict
+    step: dict
+    write_sizes: dict
+    console: str = dataclasses.field(repr=False, default='')
+
+
+def run_blockio(disk, disk_format, step=STEP_NONE, block_sizes=None,
+                count=64, sector=1, fs='ext4', guest=None, accel=None,
+                aio='threads', timeout=None, workdir=None):
+    """Boot the guest on ``disk`` with plain QEMU, advertising
+    ``block_sizes`` (see :func:`qemu_command`), run the blockio ``step``
+    and return a :class:`BlockioResult`; raises :class:`GuestError`.
+    """
+    guest = guest or build_guest(tools=FS_TOOLS)
+    accel = accel or accelerator(guest=guest)
+    timeout = timeout or _default_timeout(accel, 64)
+    tmpdir = tempfile.mkdtemp(prefix='prealloc-guest-', dir=workdir)
+    console_path = os.path.join(tmpdir, 'console.log')
+    trace_path = os.path.join(tmpdir, 'trace.log')
+    cmd = qemu_command(guest, disk, disk_format,
+                       kernel_cmdline(ACTION_BLOCKIO, step=step, count=count,
+                                      sector=sector, fs=fs),
+                       accel, console_path, aio=aio,
+                       block_sizes=block_sizes, trace_path=trace_path)
+    try:
+        try:
+            process.execute(*cmd, timeout=timeout)
+        except exception.ProcessTimeout:
+            raise GuestError('the guest did not power off within %d s; '
+                             'console:\n%s' % (timeout,
+                                               _read(console_path)[-2000:]))
+        except exception.ProcessFailed as exc:
+            raise GuestError('qemu-system-x86_64 exited %s: %s' %
+                             (exc.exit_code, exc.stderr))
+        console = _read(console_path)
+        report = parse_console(console)
+        if 'blockio' not in report or 'step' not in report:
+            raise GuestError('the guest printed no blockio report; console '
+                             'ends with:\n%s' % console[-2000:])
+        return BlockioResult(queue=report['blockio'], step=report['step'],
+                             write_sizes=parse_write_trace(
+                                 _read(trace_path)),
+                             console=console)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def run_write_test(disk, disk_format, mib=64, guest=None, accel=None,

@@ -161,3 +161,74 @@ class ConsoleTestCase(base.TestCase):
         # parse_console keeps only the last start.
         self.assertEqual({'boot_id': 'bbb'},
                          guest.parse_console(text)['start'])
+
+
+class BlockioTestCase(base.TestCase):
+    """The blockio action's command lines and parsers; its real boots are
+    in tests/functional/real/test_blockio.py.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.guest = guest.Guest(kernel='/k', initramfs='/i', release='r')
+
+    def test_blockio_cmdline(self):
+        words = guest.kernel_cmdline(guest.ACTION_BLOCKIO,
+                                     step=guest.STEP_DD512, count=8,
+                                     sector=3, fs='xfs').split()
+        for word in ('prealloc_action=blockio', 'prealloc_step=dd512',
+                     'prealloc_fs=xfs', 'prealloc_count=8',
+                     'prealloc_sector=3'):
+            self.assertIn(word, words)
+
+    def test_bad_step_or_filesystem_is_named(self):
+        exc = self.assertRaises(ValueError, guest.kernel_cmdline,
+                                guest.ACTION_BLOCKIO, step='rm -rf')
+        self.assertIn("'rm -rf'", str(exc))
+        self.assertIn('dd512', str(exc))
+        exc = self.assertRaises(ValueError, guest.kernel_cmdline,
+                                guest.ACTION_BLOCKIO, fs='btrfs')
+        self.assertIn("'btrfs'", str(exc))
+        self.assertIn('xfs', str(exc))
+
+    def test_advertised_block_sizes_on_the_device(self):
+        cmd = guest.qemu_command(self.guest, '/d,x', 'qcow2', 'c', 'tcg',
+                                 '/c', block_sizes=(512, 4096),
+                                 trace_path='/t')
+        drive = cmd[cmd.index('-drive') + 1]
+        self.assertIn('file=/d,,x', drive)
+        self.assertIn('if=none', drive)
+        self.assertIn('id=disk0', drive)
+        self.assertEqual('virtio-blk-pci,drive=disk0,logical_block_size=512,'
+                         'physical_block_size=4096',
+                         cmd[cmd.index('-device') + 1])
+        self.assertEqual(['-trace', 'enable=virtio_blk_handle_write', '-D',
+                          '/t'], cmd[-4:])
+        # Without: QEMU's own virtio disk, as before.
+        cmd = guest.qemu_command(self.guest, '/d', 'qcow2', 'c', 'tcg', '/c')
+        self.assertIn('if=virtio', cmd[cmd.index('-drive') + 1])
+        self.assertNotIn('-device', cmd)
+        self.assertNotIn('-trace', cmd)
+
+    def test_parse_write_trace(self):
+        # QEMU 7.2's log backend, with and without its pid@time prefix.
+        text = '\n'.join([
+            '1234@1700000000.000001:virtio_blk_handle_write vdev 0x55 '
+            'req 0x7f sector 8 nsectors 1',
+            'virtio_blk_handle_write vdev 0x55 req 0x7f sector 16 '
+            'nsectors 8',
+            'virtio_blk_handle_read vdev 0x55 req 0x7f sector 0 nsectors 1',
+            'virtio_blk_handle_write vdev 0x55 req 0x7f sector 9 nsectors 1',
+        ])
+        self.assertEqual({512: 2, 4096: 1}, guest.parse_write_trace(text))
+        self.assertEqual({}, guest.parse_write_trace(''))
+
+    def test_tools_come_with_their_libraries(self):
+        files = dict(guest._tool_files(('/usr/bin/dd',)))
+        self.assertIn('/usr/bin/dd', files)
+        self.assertTrue(any('/libc.so' in p for p in files), list(files))
+        self.assertTrue(any('ld-linux' in p for p in files), list(files))
+        data = gzip.decompress(guest._initramfs_bytes(
+            [], '/bin/true', sorted(files.items())))
+        self.assertIn(b'usr/bin/dd\x00', data)
+        self.assertIn(b'\nblockio)\n', data)
