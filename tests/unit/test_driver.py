@@ -31,6 +31,8 @@ from oslo_utils import units
 from prealloc_backend import backend
 from prealloc_backend import driver
 from prealloc_backend import exception
+from prealloc_backend import formats
+from prealloc_backend import migrationops
 from prealloc_backend import policy
 from tests import base
 
@@ -164,14 +166,14 @@ class TestRefusalEdges(base.TestCase):
     """
 
     def test_missing_only_when_not_found(self):
-        self.assertTrue(driver._missing(
+        self.assertTrue(migrationops.missing(
             os.path.join(self.instances_path, 'absent')))
-        self.assertFalse(driver._missing(self.instances_path))
+        self.assertFalse(migrationops.missing(self.instances_path))
         # A path that cannot be stat'ed for another reason (ENOTDIR here;
         # ESTALE or EIO on shared storage) is not 'new': never removed.
         afile = os.path.join(self.instances_path, 'file')
         open(afile, 'w').close()
-        self.assertFalse(driver._missing(os.path.join(afile, 'below')))
+        self.assertFalse(migrationops.missing(os.path.join(afile, 'below')))
 
     def test_room_check_that_cannot_stat_refuses(self):
         # nova's fake libvirt module stands in for libvirt-python.
@@ -181,9 +183,9 @@ class TestRefusalEdges(base.TestCase):
         gone = os.path.join(self.instances_path, 'gone')
         disk = os.path.join(gone, 'disk')
         exc = self.assertRaises(
-            nova_exception.MigrationPreCheckError, drv._check_room,
-            self.make_instance(), [(disk, policy.DiskFormat.RAW,
-                                    units.Mi, False)], gone)
+            nova_exception.MigrationPreCheckError, migrationops.check_room,
+            drv.image_backend, self.make_instance(),
+            [(disk, policy.DiskFormat.RAW, units.Mi, False)], gone)
         self.assertIn(gone, exc.format_message())
 
     def test_standalone_qcow2_needs_no_room(self):
@@ -192,7 +194,7 @@ class TestRefusalEdges(base.TestCase):
              'virt_disk_size': units.Gi},
             {'path': '/src/i/disk.local', 'type': 'raw', 'backing_file': '',
              'virt_disk_size': units.Mi}]
-        disks = driver._missing_disks(self.instances_path, disk_info)
+        disks = migrationops.missing_disks(self.instances_path, disk_info)
         self.assertEqual(
             [(os.path.join(self.instances_path, 'disk.local'),
               policy.DiskFormat.RAW, units.Mi, False)], disks)
@@ -207,7 +209,7 @@ class TestRefusalEdges(base.TestCase):
             {'path': '/src/i/disk.local', 'type': 'raw',
              'backing_file': '/src/_base/ephemeral_1_0706d66',
              'virt_disk_size': units.Mi}]
-        disks = driver._missing_disks(self.instances_path, disk_info)
+        disks = migrationops.missing_disks(self.instances_path, disk_info)
         self.assertEqual(
             [(os.path.join(self.instances_path, 'disk'),
               policy.DiskFormat.QCOW2, units.Gi, True),
@@ -236,8 +238,8 @@ class TestFormatRecords(base.TestCase):
         def nova_finish(drv, context, migration, instance, disk_info,
                         *args, **kwargs):
             # What the backend's disks see while nova finishes the move.
-            seen.append((backend._migration_format(self.disk),
-                         backend._migration_format(self.disk + '.local')))
+            seen.append((formats.migration_format(self.disk),
+                         formats.migration_format(self.disk + '.local')))
 
         self.useFixture(fixtures.MonkeyPatch(
             'nova.virt.libvirt.driver.LibvirtDriver.finish_migration',
@@ -251,16 +253,16 @@ class TestFormatRecords(base.TestCase):
                                   None, None, True, {})
         self.assertEqual([('raw', 'qcow2')], seen)
         # Only while it runs.
-        self.assertIsNone(backend._migration_format(self.disk))
+        self.assertIsNone(formats.migration_format(self.disk))
 
     def test_converted_disk_is_recorded_qcow2(self):
         self.flags(preallocate_images='none')
         with open(self.disk, 'wb') as f:
             f.truncate(units.Mi)
-        backend.record_format(self.disk, 'raw')
-        with backend.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+        formats.record_format(self.disk, 'raw')
+        with formats.migration_formats(self.instance.uuid, {'disk': 'raw'}):
             self.drv._disk_raw_to_qcow2(self.disk)
-            self.assertEqual('qcow2', backend._migration_format(self.disk))
+            self.assertEqual('qcow2', formats.migration_format(self.disk))
         with open(os.path.join(self.inst_dir, 'disk.info')) as f:
             self.assertEqual({self.disk: 'qcow2'}, json.load(f))
         with open(self.disk, 'rb') as f:
