@@ -32,8 +32,6 @@ from prealloc_backend import backend
 from prealloc_backend import driver
 from prealloc_backend import exception
 from prealloc_backend import formats
-from prealloc_backend import migrationops
-from prealloc_backend import policy
 from tests import base
 
 
@@ -158,63 +156,6 @@ class TestSignatures(base.TestCase):
             self.assertEqual(
                 inspect.signature(getattr(imagebackend.Image, name)),
                 inspect.signature(getattr(backend._PreallocImage, name)))
-
-
-class TestRefusalEdges(base.TestCase):
-    """Review findings of 2026-11-23: a refusal never turns into an error
-    or a removal it should not be.
-    """
-
-    def test_missing_only_when_not_found(self):
-        self.assertTrue(migrationops.missing(
-            os.path.join(self.instances_path, 'absent')))
-        self.assertFalse(migrationops.missing(self.instances_path))
-        # A path that cannot be stat'ed for another reason (ENOTDIR here;
-        # ESTALE or EIO on shared storage) is not 'new': never removed.
-        afile = os.path.join(self.instances_path, 'file')
-        open(afile, 'w').close()
-        self.assertFalse(migrationops.missing(os.path.join(afile, 'below')))
-
-    def test_room_check_that_cannot_stat_refuses(self):
-        # nova's fake libvirt module stands in for libvirt-python.
-        self.useFixture(fakelibvirt.LibvirtFixture())
-        drv = driver.LibvirtDriver(fake_virt.FakeVirtAPI())
-        self.flags(preallocate_images='space')
-        gone = os.path.join(self.instances_path, 'gone')
-        disk = os.path.join(gone, 'disk')
-        exc = self.assertRaises(
-            nova_exception.MigrationPreCheckError, migrationops.check_room,
-            drv.image_backend, self.make_instance(),
-            [(disk, policy.DiskFormat.RAW, units.Mi, False)], gone)
-        self.assertIn(gone, exc.format_message())
-
-    def test_standalone_qcow2_needs_no_room(self):
-        disk_info = [
-            {'path': '/src/i/disk', 'type': 'qcow2', 'backing_file': '',
-             'virt_disk_size': units.Gi},
-            {'path': '/src/i/disk.local', 'type': 'raw', 'backing_file': '',
-             'virt_disk_size': units.Mi}]
-        disks = migrationops.missing_disks(self.instances_path, disk_info)
-        self.assertEqual(
-            [(os.path.join(self.instances_path, 'disk.local'),
-              policy.DiskFormat.RAW, units.Mi, False)], disks)
-
-    def test_an_overlay_stays_qcow2_on_a_raw_host(self):
-        # A qcow2 overlay block-migrated to a raw host is made (and its
-        # room counted) as an overlay: the guest's XML says qcow2.
-        self.flags(use_cow_images=False)
-        disk_info = [
-            {'path': '/src/i/disk', 'type': 'qcow2',
-             'backing_file': '/src/_base/abc', 'virt_disk_size': units.Gi},
-            {'path': '/src/i/disk.local', 'type': 'raw',
-             'backing_file': '/src/_base/ephemeral_1_0706d66',
-             'virt_disk_size': units.Mi}]
-        disks = migrationops.missing_disks(self.instances_path, disk_info)
-        self.assertEqual(
-            [(os.path.join(self.instances_path, 'disk'),
-              policy.DiskFormat.QCOW2, units.Gi, True),
-             (os.path.join(self.instances_path, 'disk.local'),
-              policy.DiskFormat.RAW, units.Mi, True)], disks)
 
 
 class TestFormatRecords(base.TestCase):
