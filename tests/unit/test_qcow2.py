@@ -17,6 +17,7 @@ files, each result checked in the file (header, allocation, content).
 
 import logging
 import os
+import shutil
 import subprocess
 
 import fixtures
@@ -172,5 +173,22 @@ class TestConvertRaw(Qcow2TestCase):
         self.assertRaises(exception.QemuImgError, qcow2.convert_raw,
                           self.disk, _plan(units.Mi, Prealloc.OFF,
                                            cluster=3 * units.Ki))
+        self.assertEqual(before, pb_fixtures.sha256_of(self.disk))
+        self.assertFalse(os.path.exists(self.disk + '_qcow'))
+
+    def test_failure_after_the_copy_removes_it(self):
+        # A real qemu-img that writes the copy, then fails (as one killed
+        # by allocation_timeout would): the partial copy goes.
+        bindir = self.useFixture(fixtures.TempDir()).path
+        with open(os.path.join(bindir, 'qemu-img'), 'w') as f:
+            f.write('#!/bin/sh\n%s "$@"\nexit 1\n'
+                    % shutil.which('qemu-img'))
+        os.chmod(os.path.join(bindir, 'qemu-img'), 0o755)
+        self.useFixture(fixtures.EnvironmentVariable(
+            'PATH', bindir + os.pathsep + os.environ['PATH']))
+        pb_fixtures.write_pattern(self.disk, units.Mi, seed=7)
+        before = pb_fixtures.sha256_of(self.disk)
+        self.assertRaises(exception.QemuImgError, qcow2.convert_raw,
+                          self.disk, _plan(units.Mi, Prealloc.OFF))
         self.assertEqual(before, pb_fixtures.sha256_of(self.disk))
         self.assertFalse(os.path.exists(self.disk + '_qcow'))

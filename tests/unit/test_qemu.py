@@ -15,8 +15,10 @@ with the real qemu-img.
 """
 
 import os
+import shutil
 import subprocess
 
+import fixtures
 from oslo_utils import units
 
 from prealloc_backend import exception
@@ -70,6 +72,22 @@ class TestMeasure(base.TestCase):
             64 * units.Mi)
 
 
+def recording_qemu_img(test):
+    """A 'qemu-img' first on PATH that records its arguments, one per line,
+    and runs the real one: the command line as qemu-img received it.
+    Returns the file the arguments are written to.
+    """
+    bindir = test.useFixture(fixtures.TempDir()).path
+    log = os.path.join(bindir, 'argv')
+    with open(os.path.join(bindir, 'qemu-img'), 'w') as f:
+        f.write('#!/bin/sh\nprintf "%%s\\n" "$@" > %s\nexec %s "$@"\n'
+                % (log, shutil.which('qemu-img')))
+    os.chmod(os.path.join(bindir, 'qemu-img'), 0o755)
+    test.useFixture(fixtures.EnvironmentVariable(
+        'PATH', bindir + os.pathsep + os.environ['PATH']))
+    return log
+
+
 class TestConvert(base.TestCase):
 
     def setUp(self):
@@ -90,6 +108,19 @@ class TestConvert(base.TestCase):
         self.assertNotIn('backing-filename', info)
         self.assertEqual(0, pb_fixtures.qemu_img_compare(self.src,
                                                          self.dst)[0])
+
+    def test_every_argument_passed_through(self):
+        log = recording_qemu_img(self)
+        qemu.convert(self.src, 'raw', self.dst,
+                     _Layout(cluster_size=128 * units.Ki, extended_l2=False,
+                             preallocation=Prealloc.OFF),
+                     uncached=True)
+        with open(log) as f:
+            argv = f.read().split('\n')[:-1]
+        self.assertEqual(
+            ['convert', '-t', 'none', '-f', 'raw', '-O', 'qcow2', '-o',
+             'cluster_size=131072,extended_l2=off,preallocation=off',
+             self.src, self.dst], argv)
 
     def test_overlay_of_a_backing_file(self):
         overlay = os.path.join(self.instances_path, 'overlay')
