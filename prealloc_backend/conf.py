@@ -259,9 +259,7 @@ data). Filesystems made on it afterwards align to 4 KiB: measured in a
 Linux guest, mkfs.xfs then picks 4 KiB sectors and XFS stops issuing
 512-byte log writes, each of which costs a copy of the rest of its
 subcluster where it lands over backing data. Disks of mode ``none``, raw
-disks and other layouts are left as nova makes them, and so is every disk
-where ``qcow2_l2_cache = qemu-default`` (the layout is read from the disk
-only for the full-coverage cache). Applied to the guest
+disks and other layouts are left as nova makes them. Applied to the guest
 XML at every (re)definition, so existing instances see 4 KiB at their next
 hard reboot, resize or migration; their filesystems keep working as they
 were made. See doc/source/admin/write-size.rst.

@@ -70,19 +70,14 @@ def host_mode(conf):
             allowed=', '.join(NOVA_PREALLOCATE_IMAGES))
 
 
-def instance_mode(conf, extra_specs):
-    """The mode for an instance: its flavor's ``prealloc:mode`` extra spec
-    when set, else the host's mode.
+def disk_mode(extra_specs, host):
+    """The mode of a disk: its flavor's ``prealloc:mode`` extra spec when
+    set, else ``host`` (the host's mode, see host_mode). The one function
+    that decides it: the backend, the driver and policy.make_plan call it.
     """
-    mode = flavor_mode(extra_specs, None)
-    return mode if mode is not None else host_mode(conf)
-
-
-def flavor_mode(extra_specs, default):
-    """The flavor's ``prealloc:mode`` as a Mode, or ``default`` unset."""
     value = (extra_specs or {}).get(FLAVOR_MODE_KEY)
     if value is None:
-        return default
+        return host
     try:
         return Mode(str(value).strip().lower())
     except ValueError:

@@ -156,16 +156,13 @@ class DiskPlan:
     # thin rather than failed).
     fits: bool = True
     existing: bool = False
+    # <blockio physical_block_size> of the guest XML, or None (nova's).
+    physical_block_size: int | None = None
 
     @property
     def stock(self):
         """nova makes this disk its own way (mode none)."""
         return self.mode is Mode.NONE
-
-
-def disk_mode(extra_specs, host_mode):
-    """The mode of a disk: the flavor's ``prealloc:mode`` or the host's."""
-    return modes.flavor_mode(extra_specs, host_mode)
 
 
 def guest_discard(mode, fmt, nova_discard, choice):
@@ -415,7 +412,7 @@ def make_plan(opts, extra_specs, host_mode, fmt, virtual_size, fs,
     fit is planned thin, with a warning (it is never failed for space).
     """
     fmt = DiskFormat(fmt)
-    mode = disk_mode(extra_specs, host_mode)
+    mode = modes.disk_mode(extra_specs, host_mode)
     if mode is Mode.NONE:
         return _none_plan(fmt, virtual_size, existing)
     if fs is None:
@@ -454,6 +451,30 @@ def make_plan(opts, extra_specs, host_mode, fmt, virtual_size, fs,
     if plan.fits or existing is None:
         return plan
     return _left_thin(plan, fs, existing)
+
+
+def disk_as_is(opts, mode, fmt, existing=None):
+    """The plan of a disk as it is, for its guest XML: nothing to allocate
+    or change. ``mode`` is the disk's Mode (modes.disk_mode), ``fmt`` its
+    DiskFormat, ``existing`` the ExistingDisk of a qcow2 disk whose layout
+    was read (else None): its ``<metadata_cache>`` (metadata_cache_for)
+    unless the mode is none, and its ``<blockio>`` (physical_block_size).
+    """
+    fmt = DiskFormat(fmt)
+    cache = None
+    if existing is not None and fmt is DiskFormat.QCOW2 and mode.preallocates:
+        cache = metadata_cache_for(opts, existing.virtual_size,
+                                   existing.cluster_size,
+                                   existing.extended_l2)
+    return DiskPlan(
+        mode=mode, fmt=fmt,
+        virtual_size=existing.virtual_size if existing else 0,
+        raw_action=None, preallocation=None,
+        cluster_size=existing.cluster_size if existing else None,
+        extended_l2=existing.extended_l2 if existing else None,
+        needed_bytes=0, metadata_cache_bytes=cache, warning=None,
+        existing=existing is not None,
+        physical_block_size=physical_block_size(opts, mode, existing))
 
 
 def _to_allocate(needed, fmt, virtual_size, preallocation, cluster,

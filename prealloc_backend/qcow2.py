@@ -84,3 +84,49 @@ def grow(path, old_size, plan, timeout=None):
         raise exception.QemuImgOutputError(
             cmd='qemu-img resize', reason='it reported success but the '
             'virtual size is %d, not %d' % (grown, size), output=path)
+
+
+def relayout_overlay(path, backing, backing_fmt, plan, timeout=None):
+    """Rewrite the overlay at ``path`` of ``backing`` (format
+    ``backing_fmt``, as check_qcow2_disk resolved and checked it) with the
+    plan's cluster size, extended_l2 and preallocation: ``qemu-img convert
+    -B`` writes its own data into a new overlay of the same backing file,
+    checked with ``qemu-img compare`` to read the same before the rename.
+    Returns False, leaving it as it is, where a name holds a comma.
+    """
+    if ',' in backing or ',' in backing_fmt:
+        LOG.warning('%(path)s: backing file %(backing)r has a comma: '
+                    'not rewritten, grown without preallocation',
+                    {'path': path, 'backing': backing})
+        return False
+    tmp = path + journal.TMP_SUFFIX
+    with fileutils.remove_path_on_error(tmp):
+        qemu.convert(path, 'qcow2', tmp, plan, backing_file=backing,
+                     backing_fmt=backing_fmt, timeout=timeout or None)
+        qemu.compare(path, tmp)
+        os.rename(tmp, path)
+    LOG.info('Rewrote %(path)s with extended_l2, cluster_size=%(cluster)d'
+             ' and preallocation=%(prealloc)s before growing it',
+             {'path': path, 'cluster': plan.cluster_size,
+              'prealloc': plan.preallocation.value})
+    return True
+
+
+def convert_raw(path, plan, timeout=None):
+    """Convert the raw disk at ``path`` in place into a standalone qcow2
+    disk laid out as ``plan`` says (through ``<path>_qcow``, nova's name
+    for it, renamed into place when complete).
+    """
+    tmp = path + '_qcow'
+    try:
+        qemu.convert(path, 'raw', tmp, plan, uncached=True,
+                     timeout=timeout or None, path=path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    os.rename(tmp, path)
+    LOG.info('Converted %(path)s from raw to qcow2 with '
+             'preallocation=%(prealloc)s, cluster_size=%(cluster)d',
+             {'path': path, 'prealloc': plan.preallocation.value,
+              'cluster': plan.cluster_size})

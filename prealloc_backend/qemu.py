@@ -182,3 +182,32 @@ def resize(path, fmt, size, preallocation, timeout=None):
         args.append('--preallocation=%s' % preallocation.value)
     args += [path, size]
     execute(*args, heavy=preallocation.heavy, timeout=timeout, path=path)
+
+
+def convert(src, src_fmt, dst, layout, backing_file=None, backing_fmt=None,
+            uncached=False, timeout=None, path=None):
+    """``qemu-img convert`` of ``src`` (format ``src_fmt``) into a new qcow2
+    file ``dst`` with ``layout`` (a DiskPlan: cluster_size, extended_l2,
+    preallocation): a standalone disk, or with ``backing_file`` (format
+    ``backing_fmt``) an overlay holding only what ``src`` does not read
+    from it (``-B``). ``uncached``: ``-t none``, written past the host's
+    page cache. ``path`` names the disk a timeout fails (default ``dst``).
+    """
+    args = ['convert']
+    if uncached:
+        args += ['-t', 'none']
+    args += ['-f', src_fmt, '-O', 'qcow2']
+    if backing_file is not None:
+        args += ['-B', backing_file, '-F', backing_fmt]
+    args += ['-o', 'cluster_size=%d,extended_l2=%s,preallocation=%s' % (
+        layout.cluster_size, 'on' if layout.extended_l2 else 'off',
+        layout.preallocation.value), src, dst]
+    execute(*args, heavy=True, timeout=timeout, path=path or dst)
+
+
+def compare(first, second, path=None):
+    """``qemu-img compare`` of two qcow2 files: QemuImgError unless a guest
+    reads the same from both (exit 1: they differ).
+    """
+    execute('compare', '-f', 'qcow2', '-F', 'qcow2', first, second,
+            heavy=True, path=path or second)

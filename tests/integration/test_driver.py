@@ -59,7 +59,9 @@ class TestRuntimeImports(base.TestCase):
 
     RUNTIME = {'prealloc_backend', 'prealloc_backend.allocate',
                'prealloc_backend.backend', 'prealloc_backend.conf',
-               'prealloc_backend.driver', 'prealloc_backend.exception',
+               'prealloc_backend.driver', 'prealloc_backend.events',
+               'prealloc_backend.exception', 'prealloc_backend.extend',
+               'prealloc_backend.formats', 'prealloc_backend.migrationops',
                'prealloc_backend.fileops', 'prealloc_backend.fsprobe',
                'prealloc_backend.guestxml', 'prealloc_backend.journal',
                'prealloc_backend.modes', 'prealloc_backend.policy',

@@ -36,6 +36,7 @@ import testscenarios
 from prealloc_backend import allocate
 from prealloc_backend import backend
 from prealloc_backend import exception
+from prealloc_backend import formats
 from prealloc_backend import qemu
 from tests import base
 from tests import fixtures as pb_fixtures
@@ -493,55 +494,13 @@ class TestFormatAwareGrowth(base.BackendTestCase):
         # The record finish_migration holds: the source's domain XML said
         # raw (nova's Qcow2 constructor wrote 'qcow2' in disk.info for the
         # disk before it existed).
-        with backend.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+        with formats.migration_formats(self.instance.uuid, {'disk': 'raw'}):
             img.resize_image(base.DISK)
         info = pb_fixtures.qemu_img_info(img.path)
         self.assertEqual('raw', info['format'])
         self.assertEqual(base.DISK, info['virtual-size'])
         with open(img.path, 'rb') as f:
             self.assertEqual(before, f.read(base.BASE))
-
-
-class TestThinCopiedZeros(base.BackendTestCase):
-    """A metadata disk that arrived fully written (scp): holes punched
-    where it reads zeros, and a failure to punch never fails the move.
-    """
-
-    def _written(self):
-        path = os.path.join(self.instances_path, 'disk')
-        with open(path, 'wb') as f:
-            f.write(b'\0' * (4 * units.Mi))
-            f.write(b'\1' * units.Mi)
-            os.fsync(f.fileno())
-        return path, backend.Qcow2(path=path)
-
-    def test_zeros_become_holes_data_stays(self):
-        path, image = self._written()
-        image._thin_copied_zeros()
-        self.assertLessEqual(pb_fixtures.allocated(path), 2 * units.Mi)
-        with open(path, 'rb') as f:
-            self.assertEqual(b'\0' * (4 * units.Mi), f.read(4 * units.Mi))
-            self.assertEqual(b'\1' * units.Mi, f.read())
-
-    def test_failed_punch_leaves_the_disk_and_warns(self):
-        # A real failing command, not a mock: a 'fallocate' first on PATH
-        # that refuses, as util-linux's does where the filesystem cannot
-        # punch holes (EOPNOTSUPP).
-        bindir = self.useFixture(fixtures.TempDir()).path
-        fake = os.path.join(bindir, 'fallocate')
-        with open(fake, 'w') as f:
-            f.write('#!/bin/sh\necho "fallocate: Operation not supported"'
-                    ' >&2\nexit 1\n')
-        os.chmod(fake, 0o755)
-        self.useFixture(fixtures.EnvironmentVariable(
-            'PATH', bindir + os.pathsep + os.environ['PATH']))
-        logs = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
-        path, image = self._written()
-        before = pb_fixtures.allocated(path)
-        image._thin_copied_zeros()  # no exception
-        self.assertEqual(before, pb_fixtures.allocated(path))
-        self.assertIn('left as it is', logs.output)
-        self.assertIn('Operation not supported', logs.output)
 
 
 class TestFormatFromRecords(base.BackendTestCase):
@@ -576,7 +535,7 @@ class TestFormatFromRecords(base.BackendTestCase):
         img = self.image(images_type, 'space', use_cow=images_type != 'raw')
         os.makedirs(os.path.dirname(img.path), exist_ok=True)
         pb_fixtures.make_base(img.path, 'raw', base.BASE, 3)
-        backend.record_format(img.path, 'raw')
+        formats.record_format(img.path, 'raw')
         # The header claims 1 GiB: code believing it would not grow the
         # 64 MiB disk.
         written = pb_fixtures.write_guest_qcow2_header(
@@ -595,7 +554,8 @@ class TestFormatFromRecords(base.BackendTestCase):
             cmd += ['-o', 'data_file=%s' % data_file]
         subprocess.run(cmd + [img.path, str(size)], check=True,
                        capture_output=True)
-        self.assertEqual('qcow2', img._disk_info_format())
+        self.assertEqual('qcow2', formats.disk_info_format(
+            img.disk_info_path, img.path))
         return img
 
     def assertOnlyInfo(self):
@@ -625,7 +585,7 @@ class TestFormatFromRecords(base.BackendTestCase):
         img, _written = self._raw_disk('qcow2', data_file=data_file)
         with open(data_file, 'wb') as f:
             f.write(self.SECRET)
-        with backend.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+        with formats.migration_formats(self.instance.uuid, {'disk': 'raw'}):
             img.resize_image(base.DISK)
         self.assertEqual(base.DISK, os.path.getsize(img.path))
         with open(data_file, 'rb') as f:
@@ -640,25 +600,27 @@ class TestFormatFromRecords(base.BackendTestCase):
         # nova's Flat would record the header's 'qcow2' (qemu-img info
         # without -f) and hand the disk to QEMU as qcow2.
         self.assertEqual('raw', flat.driver_format)
-        self.assertEqual('raw', flat._disk_info_format())
+        self.assertEqual('raw', formats.disk_info_format(
+            flat.disk_info_path, flat.path))
         self.assertEqual([], self.qemu_cmds)
         self.assertIn(img.path, logs.output)
         self.assertIn('header says qcow2: handled as raw', logs.output)
 
     def test_migration_record_beats_stale_disk_info(self):
         img, _written = self._raw_disk(backing=self.secret)
-        backend.record_format(img.path, 'qcow2')  # stale or forged
-        with backend.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+        formats.record_format(img.path, 'qcow2')  # stale or forged
+        with formats.migration_formats(self.instance.uuid, {'disk': 'raw'}):
             flat = backend.Backend(False).by_name(
                 self.instance, 'disk', 'raw', disk_info_mapping=base.MAPPING)
             self.assertEqual('raw', flat.driver_format)
-        self.assertEqual('raw', flat._disk_info_format())
+        self.assertEqual('raw', formats.disk_info_format(
+            flat.disk_info_path, flat.path))
 
     def test_migration_record_qcow2_with_raw_header_refused(self):
         img, _written = self._raw_disk()
         with open(img.path, 'r+b') as f:
             f.write(b'\0' * 512)
-        with backend.migration_formats(self.instance.uuid,
+        with formats.migration_formats(self.instance.uuid,
                                        {'disk': 'qcow2'}):
             exc = self.assertRaises(
                 exception.DiskFormatMismatch, backend.Backend(False).by_name,

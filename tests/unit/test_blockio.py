@@ -91,3 +91,11 @@ class TestGuestXML(base.BackendTestCase):
     def test_option_off(self):
         self.assertIsNone(self.blockio(
             'qcow2', 'space', advertise_physical_block_size=False))
+
+    def test_advertised_without_the_metadata_cache(self):
+        # The layout is read for <blockio> even where the operator leaves
+        # the L2 cache to QEMU (no <metadata_cache> then).
+        blockio = self.blockio('qcow2', 'space',
+                               qcow2_l2_cache='qemu-default')
+        self.assertIsNotNone(blockio)
+        self.assertEqual('4096', blockio.get('physical_block_size'))

@@ -31,7 +31,7 @@ from oslo_utils import units
 from prealloc_backend import backend
 from prealloc_backend import driver
 from prealloc_backend import exception
-from prealloc_backend import policy
+from prealloc_backend import formats
 from tests import base
 
 
@@ -158,63 +158,6 @@ class TestSignatures(base.TestCase):
                 inspect.signature(getattr(backend._PreallocImage, name)))
 
 
-class TestRefusalEdges(base.TestCase):
-    """Review findings of 2026-11-23: a refusal never turns into an error
-    or a removal it should not be.
-    """
-
-    def test_missing_only_when_not_found(self):
-        self.assertTrue(driver._missing(
-            os.path.join(self.instances_path, 'absent')))
-        self.assertFalse(driver._missing(self.instances_path))
-        # A path that cannot be stat'ed for another reason (ENOTDIR here;
-        # ESTALE or EIO on shared storage) is not 'new': never removed.
-        afile = os.path.join(self.instances_path, 'file')
-        open(afile, 'w').close()
-        self.assertFalse(driver._missing(os.path.join(afile, 'below')))
-
-    def test_room_check_that_cannot_stat_refuses(self):
-        # nova's fake libvirt module stands in for libvirt-python.
-        self.useFixture(fakelibvirt.LibvirtFixture())
-        drv = driver.LibvirtDriver(fake_virt.FakeVirtAPI())
-        self.flags(preallocate_images='space')
-        gone = os.path.join(self.instances_path, 'gone')
-        disk = os.path.join(gone, 'disk')
-        exc = self.assertRaises(
-            nova_exception.MigrationPreCheckError, drv._check_room,
-            self.make_instance(), [(disk, policy.DiskFormat.RAW,
-                                    units.Mi, False)], gone)
-        self.assertIn(gone, exc.format_message())
-
-    def test_standalone_qcow2_needs_no_room(self):
-        disk_info = [
-            {'path': '/src/i/disk', 'type': 'qcow2', 'backing_file': '',
-             'virt_disk_size': units.Gi},
-            {'path': '/src/i/disk.local', 'type': 'raw', 'backing_file': '',
-             'virt_disk_size': units.Mi}]
-        disks = driver._missing_disks(self.instances_path, disk_info)
-        self.assertEqual(
-            [(os.path.join(self.instances_path, 'disk.local'),
-              policy.DiskFormat.RAW, units.Mi, False)], disks)
-
-    def test_an_overlay_stays_qcow2_on_a_raw_host(self):
-        # A qcow2 overlay block-migrated to a raw host is made (and its
-        # room counted) as an overlay: the guest's XML says qcow2.
-        self.flags(use_cow_images=False)
-        disk_info = [
-            {'path': '/src/i/disk', 'type': 'qcow2',
-             'backing_file': '/src/_base/abc', 'virt_disk_size': units.Gi},
-            {'path': '/src/i/disk.local', 'type': 'raw',
-             'backing_file': '/src/_base/ephemeral_1_0706d66',
-             'virt_disk_size': units.Mi}]
-        disks = driver._missing_disks(self.instances_path, disk_info)
-        self.assertEqual(
-            [(os.path.join(self.instances_path, 'disk'),
-              policy.DiskFormat.QCOW2, units.Gi, True),
-             (os.path.join(self.instances_path, 'disk.local'),
-              policy.DiskFormat.RAW, units.Mi, True)], disks)
-
-
 class TestFormatRecords(base.TestCase):
     """finish_migration hands the source's record of each disk's format to
     the backend; a disk converted on arrival is recorded qcow2.
@@ -236,8 +179,8 @@ class TestFormatRecords(base.TestCase):
         def nova_finish(drv, context, migration, instance, disk_info,
                         *args, **kwargs):
             # What the backend's disks see while nova finishes the move.
-            seen.append((backend._migration_format(self.disk),
-                         backend._migration_format(self.disk + '.local')))
+            seen.append((formats.migration_format(self.disk),
+                         formats.migration_format(self.disk + '.local')))
 
         self.useFixture(fixtures.MonkeyPatch(
             'nova.virt.libvirt.driver.LibvirtDriver.finish_migration',
@@ -251,16 +194,16 @@ class TestFormatRecords(base.TestCase):
                                   None, None, True, {})
         self.assertEqual([('raw', 'qcow2')], seen)
         # Only while it runs.
-        self.assertIsNone(backend._migration_format(self.disk))
+        self.assertIsNone(formats.migration_format(self.disk))
 
     def test_converted_disk_is_recorded_qcow2(self):
         self.flags(preallocate_images='none')
         with open(self.disk, 'wb') as f:
             f.truncate(units.Mi)
-        backend.record_format(self.disk, 'raw')
-        with backend.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+        formats.record_format(self.disk, 'raw')
+        with formats.migration_formats(self.instance.uuid, {'disk': 'raw'}):
             self.drv._disk_raw_to_qcow2(self.disk)
-            self.assertEqual('qcow2', backend._migration_format(self.disk))
+            self.assertEqual('qcow2', formats.migration_format(self.disk))
         with open(os.path.join(self.inst_dir, 'disk.info')) as f:
             self.assertEqual({self.disk: 'qcow2'}, json.load(f))
         with open(self.disk, 'rb') as f:

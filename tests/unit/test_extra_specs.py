@@ -58,8 +58,8 @@ class TestModeValues(base.BaseTestCase):
             validators.validate(modes.FLAVOR_MODE_KEY, value)
             self.assertEqual(
                 modes.Mode(value),
-                modes.instance_mode(conf.CONF,
-                                    {modes.FLAVOR_MODE_KEY: value}))
+                modes.disk_mode({modes.FLAVOR_MODE_KEY: value},
+                                modes.host_mode(conf.CONF)))
 
     def test_bad_values_refused_naming_allowed_values(self):
         for value in ('bogus', 'falloc', '', 'space ', 'SPACE', '1'):

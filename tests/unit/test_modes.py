@@ -47,17 +47,18 @@ class TestModes(base.TestCase):
 
     def test_flavor_override(self):
         self.flags(preallocate_images='space')
-        self.assertIs(Mode.SPACE, modes.instance_mode(base.CONF, {}))
-        self.assertIs(Mode.SPACE, modes.instance_mode(base.CONF, None))
-        self.assertIs(Mode.METADATA, modes.instance_mode(
-            base.CONF, {'prealloc:mode': 'metadata'}))
-        self.assertIs(Mode.NONE, modes.instance_mode(
-            base.CONF, {'prealloc:mode': 'none', 'hw:cpu_policy': 'x'}))
+        host = modes.host_mode(base.CONF)
+        self.assertIs(Mode.SPACE, modes.disk_mode({}, host))
+        self.assertIs(Mode.SPACE, modes.disk_mode(None, host))
+        self.assertIs(Mode.METADATA, modes.disk_mode(
+            {'prealloc:mode': 'metadata'}, Mode.SPACE))
+        self.assertIs(Mode.NONE, modes.disk_mode(
+            {'prealloc:mode': 'none', 'hw:cpu_policy': 'x'}, Mode.SPACE))
 
     def test_bad_flavor_value_names_key_and_choices(self):
         exc = self.assertRaises(exception.InvalidFlavorPolicy,
-                                modes.instance_mode, base.CONF,
-                                {'prealloc:mode': 'turbo'})
+                                modes.disk_mode,
+                                {'prealloc:mode': 'turbo'}, Mode.SPACE)
         self.assertIn("'turbo'", str(exc))
         self.assertIn('prealloc:mode', str(exc))
         self.assertIn('none, metadata, space, full', str(exc))

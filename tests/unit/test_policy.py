@@ -417,3 +417,33 @@ class TestNeededBytesAgainstQemu(base.TestCase):
                                            self.xl2)
         self.assertGreaterEqual(needed, made)
         self.assertLess(needed - made, self.cluster)
+
+
+class TestDiskAsIs(base.TestCase):
+    """The plan libvirt_info reads: mode, format, <metadata_cache>."""
+
+    def _existing(self, size=512 * units.Gi):
+        return policy.ExistingDisk(allocated_bytes=0, virtual_size=size,
+                                   cluster_size=64 * units.Ki,
+                                   extended_l2=True)
+
+    def test_qcow2_cache_as_make_plan_computes_it(self):
+        opts = base.CONF.prealloc_backend
+        plan = policy.disk_as_is(opts, Mode.SPACE, DiskFormat.QCOW2,
+                                 self._existing())
+        wanted = policy.metadata_cache_for(opts, 512 * units.Gi,
+                                           64 * units.Ki, True)
+        self.assertIsNotNone(wanted)
+        self.assertEqual(wanted, plan.metadata_cache_bytes)
+        self.assertEqual((Mode.SPACE, DiskFormat.QCOW2, 512 * units.Gi),
+                         (plan.mode, plan.fmt, plan.virtual_size))
+
+    def test_no_cache_in_mode_none_for_raw_or_unread_layout(self):
+        opts = base.CONF.prealloc_backend
+        for mode, fmt, existing in (
+                (Mode.NONE, DiskFormat.QCOW2, self._existing()),
+                (Mode.SPACE, DiskFormat.RAW, self._existing()),
+                (Mode.SPACE, DiskFormat.QCOW2, None)):
+            plan = policy.disk_as_is(opts, mode, fmt, existing)
+            self.assertIsNone(plan.metadata_cache_bytes)
+            self.assertIs(mode, plan.mode)
