@@ -257,7 +257,7 @@ class BoundaryTestCase(TestCase):
 
 
 # The privsep check's test cases, shared by tests/unit/test_check_privsep.py
-# and tests/integration/test_check_privsep.py.
+# and tests/integration/test_check_privsep_import.py.
 BIN = os.path.dirname(sys.executable)
 PRIVSEP_HELPER = os.path.join(BIN, 'privsep-helper')
 FILTERS = os.path.join(os.path.dirname(__file__), '..', 'etc', 'rootwrap.d',

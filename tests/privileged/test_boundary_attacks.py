@@ -12,7 +12,7 @@
 
 """Attacks on the privileged daemon by the nova user.
 
-The real daemon runs as root (privsep-helper, as in test_privsep_daemon).
+The real daemon runs as root (privsep-helper, as in test_privsep_daemon_root).
 The attacker is an unprivileged user made for the test (useradd, removed
 afterwards) who owns the instances tree's parent, as nova owns
 /var/lib/nova: every attacker move runs in a process of that user (the
@@ -49,7 +49,7 @@ from tests import fixtures as pb_fixtures
 from tests.fixtures import ENTRYPOINTS
 from tests.fixtures import file_state
 from tests.fixtures import privsep_call as call
-from tests.privileged import test_privsep_daemon
+from tests.privileged import test_privsep_daemon_root
 
 LOG = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class Inotify:
         os.close(self.fd)
 
 
-class AttackTestCase(test_privsep_daemon.DaemonMixin, base.TestCase):
+class AttackTestCase(test_privsep_daemon_root.DaemonMixin, base.TestCase):
     """The nova user's tree, an attacker user who owns it, the daemon."""
 
     def setUp(self):
