@@ -26,8 +26,9 @@ class ResultTestCase(base.BaseTestCase):
     def test_constructors(self):
         ok = result.success('fine', free=3)
         self.assertIsInstance(ok, upgradecheck.Result)
-        self.assertEqual((upgradecheck.Code.SUCCESS, 'fine', None, {'free': 3}),
-                         (ok.code, ok.details, ok.fix, ok.facts))
+        self.assertEqual(
+            (upgradecheck.Code.SUCCESS, 'fine', None, {'free': 3}),
+            (ok.code, ok.details, ok.fix, ok.facts))
         warn = result.warning('hmm', 'do this')
         self.assertEqual((upgradecheck.Code.WARNING, 'do this', {}),
                          (warn.code, warn.fix, warn.facts))
