@@ -256,8 +256,48 @@ class BoundaryTestCase(TestCase):
                              'touched: %s' % p)
 
 
+class AttackerTreeTestCase(TestCase):
+    """The nova user's tree owned by an attacker: a user made for the test
+    (useradd, ``USER_PREFIX`` + 8 hex, removed at cleanup), ``scratch`` (a
+    temporary directory opened for traversal), ``nova_home`` and its
+    ``instances`` directory, both the user's, set as instances_path (root
+    only).
+    """
+
+    USER_PREFIX = 'pbatk'
+
+    def setUp(self):
+        super().setUp()
+        pb_fixtures.skip_unless_root(self)
+        self.scratch = self.useFixture(fixtures.TempDir()).path
+        # The attacker must reach its tree: open the test's temporary
+        # directories (root's, 0700) for traversal.
+        path = self.scratch
+        while path not in ('/', '/tmp', '/var/tmp'):
+            os.chmod(path, 0o755)
+            path = os.path.dirname(path)
+        user = self.useFixture(pb_fixtures.SystemUser(self.USER_PREFIX))
+        self.user, self.uid, self.gid = user.name, user.uid, user.gid
+        self.nova_home = self.attacker_dir(os.path.join(self.scratch,
+                                                        'nova'))
+        self.instances = self.attacker_dir(os.path.join(self.nova_home,
+                                                        'instances'))
+        # base.TestCase overrides instances_path: nova.conf's must win.
+        self.flags(instances_path=self.instances)
+
+    def attacker_dir(self, path):
+        os.mkdir(path)
+        os.chown(path, self.uid, self.gid)
+        os.chmod(path, 0o755)
+        return path
+
+    def attacker_file(self, path):
+        os.chown(path, self.uid, self.gid)
+        return path
+
+
 # The privsep check's test cases, shared by tests/unit/test_check_privsep.py
-# and tests/integration/test_check_privsep.py.
+# and tests/integration/test_check_privsep_import.py.
 BIN = os.path.dirname(sys.executable)
 PRIVSEP_HELPER = os.path.join(BIN, 'privsep-helper')
 FILTERS = os.path.join(os.path.dirname(__file__), '..', 'etc', 'rootwrap.d',

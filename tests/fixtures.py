@@ -20,12 +20,14 @@ test starts the real daemon.
 
 import hashlib
 import os
+import pwd
 import random
 import shutil
 import stat
 import subprocess
 import tempfile
 import time
+import uuid
 
 import fixtures
 import nova.privsep
@@ -49,6 +51,26 @@ MIN_SIZE_MB = {'ext4': 8, 'ext4-noextents': 8, 'xfs': 300}
 def skip_unless_root(test):
     if os.geteuid() != 0:
         test.skipTest('loop mounts need root (CI runs as root)')
+
+
+class SystemUser(fixtures.Fixture):
+    """An unprivileged system user made with useradd for the test (root
+    only), removed at cleanup: ``name``, ``uid``, ``gid``.
+    """
+
+    def __init__(self, prefix):
+        super().__init__()
+        self.prefix = prefix
+
+    def _setUp(self):
+        self.name = self.prefix + uuid.uuid4().hex[:8]
+        subprocess.run(['useradd', '--system', '--no-create-home',
+                        '--shell', '/usr/sbin/nologin', self.name],
+                       check=True, capture_output=True)
+        self.addCleanup(subprocess.run, ['userdel', self.name],
+                        capture_output=True)
+        entry = pwd.getpwnam(self.name)
+        self.uid, self.gid = entry.pw_uid, entry.pw_gid
 
 
 class LoopFilesystem(fixtures.Fixture):

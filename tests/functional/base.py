@@ -222,7 +222,7 @@ class ServersTestBase(libvirt_base.ServersTestBase):
         self.mock_conn = self.useFixture(connection).mock
 
         # The plugin's and nova's privsep entrypoints run in this process
-        # unless a test starts the real daemon (test_privsep_daemon).
+        # unless a test starts the real daemon (test_boot_with_privsep_daemon).
         self.useFixture(pb_fixtures.PrivsepInProcess())
         fsprobe.forget()
         self.addCleanup(fsprobe.forget)

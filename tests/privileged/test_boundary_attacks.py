@@ -12,7 +12,7 @@
 
 """Attacks on the privileged daemon by the nova user.
 
-The real daemon runs as root (privsep-helper, as in test_privsep_daemon).
+The real daemon runs as root (privsep-helper, as in test_privsep_daemon_root).
 The attacker is an unprivileged user made for the test (useradd, removed
 afterwards) who owns the instances tree's parent, as nova owns
 /var/lib/nova: every attacker move runs in a process of that user (the
@@ -35,9 +35,7 @@ import struct
 import subprocess
 import threading
 import time
-import uuid
 
-import fixtures
 from oslo_log import log as logging
 from oslo_utils import units
 
@@ -49,7 +47,7 @@ from tests import fixtures as pb_fixtures
 from tests.fixtures import ENTRYPOINTS
 from tests.fixtures import file_state
 from tests.fixtures import privsep_call as call
-from tests.privileged import test_privsep_daemon
+from tests.privileged import test_privsep_daemon_root
 
 LOG = logging.getLogger(__name__)
 
@@ -127,34 +125,13 @@ class Inotify:
         os.close(self.fd)
 
 
-class AttackTestCase(test_privsep_daemon.DaemonMixin, base.TestCase):
+class AttackTestCase(test_privsep_daemon_root.DaemonMixin,
+                     base.AttackerTreeTestCase):
     """The nova user's tree, an attacker user who owns it, the daemon."""
 
     def setUp(self):
         super().setUp()
-        from tests import fixtures as pb_fixtures
-        pb_fixtures.skip_unless_root(self)
-        self.scratch = self.useFixture(fixtures.TempDir()).path
-        # The attacker must reach its tree: open the test's temporary
-        # directories (root's, 0700) for traversal.
-        path = self.scratch
-        while path not in ('/', '/tmp', '/var/tmp'):
-            os.chmod(path, 0o755)
-            path = os.path.dirname(path)
-        self.user = 'pbatk' + uuid.uuid4().hex[:8]
-        subprocess.run(['useradd', '--system', '--no-create-home',
-                        '--shell', '/usr/sbin/nologin', self.user],
-                       check=True, capture_output=True)
-        self.addCleanup(subprocess.run, ['userdel', self.user],
-                        capture_output=True)
-        entry = pwd.getpwnam(self.user)
-        self.uid, self.gid = entry.pw_uid, entry.pw_gid
-        # /var/lib/nova (the attacker's), its instances directory, one
-        # instance with one disk, all the attacker's.
-        self.nova_home = self.attacker_dir(os.path.join(self.scratch,
-                                                        'nova'))
-        self.instances = self.attacker_dir(os.path.join(self.nova_home,
-                                                        'instances'))
+        # One instance with one disk, the attacker's.
         self.inst = self.attacker_dir(os.path.join(self.instances, 'inst'))
         self.disk = self.attacker_file(make_sparse(
             os.path.join(self.inst, 'disk')))
@@ -163,19 +140,8 @@ class AttackTestCase(test_privsep_daemon.DaemonMixin, base.TestCase):
         os.mkdir(self.outside)
         self.victim = make_sparse(os.path.join(self.outside, 'victim'),
                                   seed=1)
-        self.flags(instances_path=self.instances)
         self.use_daemon(self.instances,
                         '[prealloc_backend]\nqemu_users = nobody\n')
-
-    def attacker_dir(self, path):
-        os.mkdir(path)
-        os.chown(path, self.uid, self.gid)
-        os.chmod(path, 0o755)
-        return path
-
-    def attacker_file(self, path):
-        os.chown(path, self.uid, self.gid)
-        return path
 
     def attacker(self, script, *args, stdin=None, check=True, timeout=120):
         """Run an attacker move to its end."""

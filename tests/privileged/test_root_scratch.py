@@ -40,14 +40,11 @@ import ctypes
 import hashlib
 import json
 import os
-import pwd
 import shutil
 import struct
 import subprocess
 import sys
-import uuid
 
-import fixtures
 from oslo_log import log as logging
 from oslo_utils import units
 
@@ -166,31 +163,13 @@ def quick_state(path):
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-class NovaTreeTestCase(base.TestCase):
+class NovaTreeTestCase(base.AttackerTreeTestCase):
     """The nova user's instances tree, a root-only target outside it."""
+
+    USER_PREFIX = 'pbscr'
 
     def setUp(self):
         super().setUp()
-        pb_fixtures.skip_unless_root(self)
-        self.scratch = self.useFixture(fixtures.TempDir()).path
-        # The attacker must reach its tree: open the test's temporary
-        # directories (root's, 0700) for traversal.
-        path = self.scratch
-        while path not in ('/', '/tmp', '/var/tmp'):
-            os.chmod(path, 0o755)
-            path = os.path.dirname(path)
-        self.user = 'pbscr' + uuid.uuid4().hex[:8]
-        subprocess.run(['useradd', '--system', '--no-create-home',
-                        '--shell', '/usr/sbin/nologin', self.user],
-                       check=True, capture_output=True)
-        self.addCleanup(subprocess.run, ['userdel', self.user],
-                        capture_output=True)
-        entry = pwd.getpwnam(self.user)
-        self.uid, self.gid = entry.pw_uid, entry.pw_gid
-        self.nova_home = self.attacker_dir(os.path.join(self.scratch,
-                                                        'nova'))
-        self.instances = self.attacker_dir(os.path.join(self.nova_home,
-                                                        'instances'))
         # Root's: a 0700 directory holding a 0600 file.
         secret = os.path.join(self.scratch, 'secret')
         os.mkdir(secret, 0o700)
@@ -199,14 +178,6 @@ class NovaTreeTestCase(base.TestCase):
             f.write(os.urandom(units.Mi))
         os.chmod(self.target, 0o600)
         self.before = file_state(self.target)
-        # base.TestCase overrides instances_path: nova.conf's must win.
-        self.flags(instances_path=self.instances)
-
-    def attacker_dir(self, path):
-        os.mkdir(path)
-        os.chown(path, self.uid, self.gid)
-        os.chmod(path, 0o755)
-        return path
 
     def start_swapper(self):
         """The nova user's inotify + RENAME_EXCHANGE loop; returns a
@@ -434,12 +405,7 @@ class DropTestCase(NovaTreeTestCase):
                       owner.refusal_as_root(link, 'cmd'))
 
     def test_two_users_are_refused(self):
-        other = 'pbsc2' + uuid.uuid4().hex[:8]
-        subprocess.run(['useradd', '--system', '--no-create-home',
-                        '--shell', '/usr/sbin/nologin', other],
-                       check=True, capture_output=True)
-        self.addCleanup(subprocess.run, ['userdel', other],
-                        capture_output=True)
+        other = self.useFixture(pb_fixtures.SystemUser('pbsc2')).name
         inner = os.path.join(self.instances, 'other')
         os.mkdir(inner)
         shutil.chown(inner, other)

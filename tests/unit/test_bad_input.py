@@ -18,7 +18,7 @@
   is allowed, before any disk is touched.
 * Contradictory combinations (refused at start-up, or resolved as
   conf.py's help documents, on real disks) are in
-  tests/privileged/test_bad_input.py: some need a loop-mounted filesystem.
+  tests/privileged/test_contradictions.py: some need a loop-mounted filesystem.
 * qemu-img answering something unexpected, faked by a script named qemu-img
   placed first on PATH (the real one behind it for every other call): a
   typed QemuImgError or QemuImgOutputError comes out of the plugin's call

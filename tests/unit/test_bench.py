@@ -18,8 +18,8 @@ a measured ratio, those depend on the host. The tools run the real
 qemu-img and qemu-io on small files; the disks are made through the
 plugin's and nova's real backends. The real command run end to end (a
 child process: it parses nova's global configuration) is in
-tests/integration/test_bench.py; loop-mounted filesystems are in
-tests/privileged/test_bench.py.
+tests/integration/test_bench_command.py; loop-mounted filesystems are in
+tests/privileged/test_bench_small_fs.py.
 """
 
 import argparse

@@ -17,7 +17,7 @@ script whose Python lacks the plugin); the root-helper case builds the
 command line oslo.privsep would run and matches it with oslo.rootwrap's own
 code against the plugin's shipped filter file. The cases where the
 helper's Python imports the plugin (a child process importing nova) are in
-tests/integration/test_check_privsep.py.
+tests/integration/test_check_privsep_import.py.
 
 The boundary conditions run on real files whose owner and modes the test
 sets: the "nova user" is a uid without a passwd entry (chown: root only).

@@ -13,7 +13,7 @@
 """Options: nova's preallocate_images untouched, ours registered cleanly.
 
 Both import orders of nova's options and ours need a fresh Python each:
-tests/integration/test_conf.py.
+tests/integration/test_conf_import_orders.py.
 """
 
 import importlib.metadata

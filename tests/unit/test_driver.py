@@ -13,7 +13,7 @@
 """The driver: loaded the documented way, nova's signatures kept.
 
 The wrapper nova-compute runs and what importing the driver loads need a
-fresh Python each: tests/integration/test_driver.py.
+fresh Python each: tests/integration/test_driver_loading.py.
 """
 
 import inspect

@@ -16,9 +16,9 @@
 * Eight threads spawning disks from one base image at once.
 
 qemu-img, cp or the zero-fill killed part-way (nova-compute killed in a
-child process) are in tests/integration/test_faults.py; ENOSPC and
+child process) are in tests/integration/test_killed_compute.py; ENOSPC and
 ``allocation_timeout`` need loop-mounted filesystems: they are in
-tests/privileged/test_faults.py.
+tests/privileged/test_enospc_and_timeout.py.
 """
 
 import os

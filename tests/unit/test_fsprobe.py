@@ -13,10 +13,10 @@
 """prealloc_backend/fsprobe.py on this machine's own filesystem.
 
 Filesystems without fallocate(2) (ext4 without extents, ext3) need a loop
-mount, so root: tests/privileged/test_backend.py probes them for real. Here
-the probe's verdicts on an unsupported or failing fallocate(2) come from a
-patched fileops.fallocate (the one thing that cannot be made to fail
-without root), everything else is real.
+mount, so root: tests/privileged/test_loop_filesystems.py probes them for
+real. Here the probe's verdicts on an unsupported or failing fallocate(2)
+come from a patched fileops.fallocate (the one thing that cannot be made to
+fail without root), everything else is real.
 """
 
 import errno

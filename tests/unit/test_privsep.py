@@ -22,9 +22,9 @@ content, size, allocation, mtime and ctime. The path checks run once with
 openat2(2) and once with its component-by-component fallback.
 
 No root needed here: the real daemon, device nodes, loop filesystems and
-attacker users are in tests/privileged (test_privsep_daemon.py,
+attacker users are in tests/privileged (test_privsep_daemon_root.py,
 test_boundary_attacks.py); the context's capabilities as a fresh process
-reads them are in tests/integration/test_privsep.py.
+reads them are in tests/integration/test_privsep_capabilities.py.
 """
 
 import errno

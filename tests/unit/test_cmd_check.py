@@ -13,7 +13,7 @@
 """``prealloc-backend check``'s command line, in this process.
 
 The command run as operators run it (a child process that parses nova's
-global configuration) is in tests/integration/test_check_cli.py.
+global configuration) is in tests/integration/test_check_command.py.
 """
 
 from oslo_upgradecheck import upgradecheck
