@@ -165,7 +165,7 @@ class ConsoleTestCase(base.TestCase):
 
 class BlockioTestCase(base.TestCase):
     """The blockio action's command lines and parsers; its real boots are
-    in tests/functional/real/test_blockio.py.
+    in tests/functional/real/test_real_512e.py.
     """
 
     def setUp(self):

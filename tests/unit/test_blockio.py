@@ -13,7 +13,7 @@
 """The physical block size guests are told (``<blockio>``): the decision
 (policy.physical_block_size) and the guest XML of disks made with real
 qemu-img (backend.libvirt_info). What a guest then does with it is tested
-in tests/functional/real/test_blockio.py.
+in tests/functional/real/test_real_512e.py.
 """
 
 from lxml import etree
