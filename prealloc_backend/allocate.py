@@ -76,16 +76,19 @@ def _privileged(func, *args):
         return func(*args)
 
 
-def allocate_file(path, plan, replan, created, opts, check_cancelled=None):
+def allocate_file(path, plan, replan, opts, check_cancelled=None):
     """Allocate every block of the file at ``path`` as it is now (holes
     only), as ``plan.raw_action`` says.
 
     ``replan()`` returns the plan again once fallocate(2) proved
-    unsupported (recorded with fsprobe first); ``created`` says the file
-    was made by this operation (its free space is checked: a disk that
-    existed before is never failed for space, make_plan left it thin);
-    ``opts`` is ``CONF.prealloc_backend``; ``check_cancelled()`` raises
+    unsupported (recorded with fsprobe first); ``opts`` is
+    ``CONF.prealloc_backend``; ``check_cancelled()`` raises
     AllocationCancelled to stop a zero-fill.
+
+    Free space is not checked here: the plan checked it before the work
+    (plan.fits, backend), and the daemon checks it again under its lock
+    before each fallocate(2) or write, as its own defence
+    (AllocationOutOfSpace).
     """
     if plan.raw_action in (None, policy.RawAction.NOTHING):
         return
@@ -97,8 +100,6 @@ def allocate_file(path, plan, replan, created, opts, check_cancelled=None):
     unallocated = max(0, size - st.st_blocks * 512)
     if not unallocated and plan.raw_action is policy.RawAction.FALLOCATE:
         return
-    if created:
-        fsprobe.check_free_space(path, unallocated)
     if plan.raw_action is policy.RawAction.FALLOCATE:
         if _fallocate(path, size, unallocated):
             return

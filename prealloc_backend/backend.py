@@ -355,7 +355,7 @@ class _PreallocImage:
             # for another size, or an existing disk): planned now.
             plan = replan()
         allocate.allocate_file(
-            self.path, plan, replan, created, self._opts,
+            self.path, plan, replan, self._opts,
             check_cancelled=lambda: allocate.check_not_deleted(
                 self._prealloc_instance, self.path))
 

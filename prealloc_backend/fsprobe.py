@@ -24,7 +24,6 @@ import threading
 
 from oslo_log import log as logging
 
-from prealloc_backend import exception
 from prealloc_backend import fileops
 from prealloc_backend import policy
 
@@ -124,13 +123,3 @@ def facts(directory):
     return policy.FsFacts(fallocate_ok=supports_fallocate(directory),
                           fstype=fs_type(directory),
                           free_bytes=free_bytes(directory))
-
-
-def check_free_space(path, needed):
-    """Raise InsufficientDiskSpace unless ``needed`` bytes fit beside path."""
-    directory = os.path.dirname(path)
-    free = free_bytes(directory)
-    if needed > free:
-        raise exception.InsufficientDiskSpace(
-            path=path, needed=needed, free=free, directory=directory)
-    return free

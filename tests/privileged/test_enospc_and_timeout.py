@@ -159,8 +159,16 @@ class EnospcTestCase(base.FaultBase):
         self._assert_clean_failure(exc, instance, before, free_before)
 
     def test_raw_space_fallocate(self):
-        # The free-space check made just before fallocate(2).
-        self._hog_after(fsprobe, 'check_free_space')
+        # The space the plan counted is taken after nova's copy, just
+        # before fallocate(2): the daemon's own check refuses it.
+        real = allocate._fallocate
+
+        def hog_first(*args):
+            fill_filesystem(self.fs.path)
+            return real(*args)
+
+        self.useFixture(fixtures.MockPatchObject(allocate, '_fallocate',
+                                                 hog_first))
         before, free_before = self._state(), self._free()
         instance = self.make_instance()
         exc = self.assertRaises(exception.AllocationFailed, self.spawn,

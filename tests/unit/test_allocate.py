@@ -45,7 +45,7 @@ class TestAllocateFile(base.TestCase):
 
     def _allocate(self, action):
         plan = _raw_plan(action, 8 * units.Mi)
-        allocate.allocate_file(self.disk, plan, lambda: plan, True,
+        allocate.allocate_file(self.disk, plan, lambda: plan,
                                base.CONF.prealloc_backend)
 
     def test_nothing_leaves_the_holes(self):
