@@ -15,8 +15,8 @@
 ``[prealloc] host_access = local`` runs them on this machine (the one-box
 cloud of tools/cloud-up, where Tempest runs as root); ``ssh`` runs the same
 argument vectors through ``ssh`` on the server's compute host. Only
-read-only commands: qemu-img info, stat, filefrag, virsh dumpxml and
-prealloc-backend check.
+read-only commands: qemu-img info, stat (of files and filesystems),
+filefrag, virsh dumpxml and prealloc-backend check.
 """
 
 import json
@@ -72,6 +72,18 @@ class ComputeHost(object):
         """(st_size, allocated bytes: st_blocks * 512)."""
         size, blocks = self.run(['stat', '-c', '%s %b', path]).stdout.split()
         return int(size), int(blocks) * 512
+
+    def exists(self, path):
+        proc = self.run(['stat', '-c', '%i', path], check=False)
+        return proc.returncode == 0
+
+    def free_and_total(self, path):
+        """(bytes free to an unprivileged user, total bytes) of the
+        filesystem holding ``path``, from ``stat -f`` (statvfs).
+        """
+        avail, total, frsize = self.run(
+            ['stat', '-f', '-c', '%a %b %S', path]).stdout.split()
+        return int(avail) * int(frsize), int(total) * int(frsize)
 
     def unwritten_bytes(self, path):
         """Bytes in extents the filesystem marks unwritten (fallocate(2)

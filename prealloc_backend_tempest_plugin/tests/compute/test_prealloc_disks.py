@@ -34,6 +34,7 @@ full      yes          128K       whole virtual size     all, written
 """
 
 from tempest.api.compute import base
+from tempest.common import compute
 from tempest.common import waiters
 from tempest import config
 from tempest.lib import decorators
@@ -54,6 +55,10 @@ L2_ENTRY = 16
 # QEMU's default L2 cache (32 MiB): a disk it covers gets no
 # <metadata_cache>.
 QEMU_DEFAULT_L2_CACHE = 32 * MiB
+# The instance-action event of the plugin's disk work on a host
+# (prealloc_backend's DISK_EVENT; a rescheduled build's later hosts add
+# _2, _3...).
+DISK_EVENT = 'compute_prealloc_disks'
 
 
 class PreallocHostTest(base.BaseV2ComputeAdminTest):
@@ -210,6 +215,112 @@ class PreallocResizeTest(PreallocHostTest):
         waiters.wait_for_server_status(self.servers_client, server['id'],
                                        'ACTIVE')
         self.assert_disk(self.admin_view(server['id']), 'full', GiB)
+
+
+class PreallocRemakeTest(PreallocHostTest):
+    """Operations that make the root disk again (shelve offload and
+    unshelve, rebuild) make it in the flavor's mode, not in the host's
+    default (the cloud's preallocate_images = space).
+    """
+
+    @classmethod
+    def skip_checks(cls):
+        super().skip_checks()
+        if not CONF.compute_feature_enabled.shelve:
+            raise cls.skipException('shelve is not enabled')
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a12')
+    def test_unshelve_remakes_metadata(self):
+        server = self.boot(self.flavor(**{'prealloc:mode': 'metadata'}))
+        self.assert_disk(server, 'metadata', GiB)
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        compute.shelve_server(self.servers_client, server['id'],
+                              force_shelve_offload=True)
+        # Offloaded: the disk went into the shelve snapshot, off the host.
+        self.assertFalse(host.exists(path), '%s still exists' % path)
+        self.servers_client.unshelve_server(server['id'])
+        waiters.wait_for_server_status(self.servers_client, server['id'],
+                                       'ACTIVE')
+        self.assert_disk(self.admin_view(server['id']), 'metadata', GiB)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a13')
+    def test_rebuild_remakes_full(self):
+        server = self.boot(self.flavor(**{'prealloc:mode': 'full'}))
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        inode = host.run(['stat', '-c', '%i', path]).stdout.strip()
+        self.servers_client.rebuild_server(server['id'],
+                                           CONF.compute.image_ref_alt)
+        waiters.wait_for_server_status(self.servers_client, server['id'],
+                                       'ACTIVE')
+        # A new file (from the other image), fully allocated again.
+        self.assertNotEqual(
+            inode, host.run(['stat', '-c', '%i', path]).stdout.strip(),
+            'the rebuild kept %s' % path)
+        self.assert_disk(self.admin_view(server['id']), 'full', GiB)
+
+
+class PreallocNoRoomTest(PreallocHostTest):
+    """A host without room for a disk in mode space: the build does not
+    go ahead there, and the reason is in the server's instance-action
+    events (``openstack server event show``), the plugin's own event.
+
+    The flavor's disk lies between the instances filesystem's free space
+    and its size: placement (which counts the filesystem's size) hands it
+    out, the plugin's check of the free space refuses it before any
+    fallocate(2). With one compute host the reschedule finds no other
+    host and the server goes to ERROR.
+    """
+
+    # Event details (2.84) and hosts (2.62).
+    min_microversion = '2.84'
+    max_microversion = 'latest'
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a14')
+    def test_no_room_reason_in_events(self):
+        services = self.os_admin.services_client.list_services(
+            binary='nova-compute')['services']
+        hosts = [s['host'] for s in services if s['state'] == 'up']
+        if len(hosts) != 1:
+            raise self.skipException('needs exactly one compute host, not '
+                                     '%s' % hosts)
+        host = compute_host.ComputeHost(hosts[0])
+        free, total = host.free_and_total(CONF.prealloc.instances_path)
+        disk = (free + total) // 2 // GiB
+        if disk * GiB < free + GiB:
+            raise self.skipException(
+                'the instances filesystem is nearly empty (%d of %d bytes '
+                'free): no size between free and total' % (free, total))
+        flavor = self.flavor(disk=disk, **{'prealloc:mode': 'space'})
+        body = self.create_test_server(flavor=flavor['id'],
+                                       wait_until=None)
+        waiters.wait_for_server_status(self.servers_client, body['id'],
+                                       'ERROR', raise_on_error=False)
+        server = self.admin_view(body['id'])
+        # The plugin asked nova to try another host (a property of this
+        # host, not of the request): there was none.
+        self.assertIn('Exceeded maximum number of retries',
+                      server.get('fault', {}).get('message', ''), server)
+        # Nothing left on the host: no disk file holds space.
+        self.assertFalse(host.exists(host.disk_path(server['id'])))
+        actions = self.admin_servers_client.list_instance_actions(
+            server['id'])['instanceActions']
+        create = [a for a in actions if a['action'] == 'create']
+        self.assertEqual(1, len(create), actions)
+        events = self.admin_servers_client.show_instance_action(
+            server['id'], create[0]['request_id'])['instanceAction']['events']
+        disk_events = [e for e in events if e['event'] == DISK_EVENT]
+        self.assertEqual(1, len(disk_events), events)
+        event = disk_events[0]
+        what = '%s (flavor disk %d GiB, %d bytes free)' % (events, disk, free)
+        self.assertEqual('Error', event['result'], what)
+        self.assertEqual(hosts[0], event['host'], what)
+        self.assertIn('Not enough space to preallocate disk',
+                      event['details'], what)
+        self.assertIn('%s/%s/disk' % (
+            CONF.prealloc.instances_path.rstrip('/'), server['id']),
+            event['details'], what)
 
 
 class PreallocExtraSpecsTest(base.BaseV2ComputeAdminTest):
