@@ -70,7 +70,7 @@ def add_arguments(parser):
              'small counts, the opt-in cluster sizes in one workload only: '
              'proves the command works in a few minutes on 2 CPUs; its '
              'figures are indicative only. The default run takes about '
-             '20 minutes there.')
+             '17 minutes there.')
     parser.add_argument(
         '--reps', type=int, metavar='N',
         help='Repetitions (each runs every variant, interleaved; ratios are '
