@@ -13,8 +13,11 @@
 """The benchmark session: where disks go, and how workloads are repeated.
 
 A Bench owns a scratch directory (it plays nova's instances_path, with the
-image cache in ``_base``), nova's CONF overrides for the run, and the
-plugin's and nova's privsep contexts switched to in-process for the run.
+image cache in ``_base``) and nova's CONF overrides for the run. With
+``privsep_in_process=True`` (what ``prealloc-backend bench`` asks for) it
+also switches the plugin's and nova's privsep contexts to in-process for
+the time of the run, and switches them back after; without it, it leaves
+them as the caller has them. Nothing here changes them at import.
 Every workload's cases are measured round-robin: repetition 1 of every
 variant, then repetition 2 (starting one variant later), and so on, so
 that a slow minute of the host spreads over all variants instead of
@@ -61,10 +64,12 @@ import prealloc_backend.privsep
 LOG = logging.getLogger(__name__)
 CONF = variants.CONF
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 COMMAND = 'prealloc-backend bench'
 # The group of a workload's rows at the plugin's default layout.
 DEFAULT_GROUP = 'default layout'
+# The same rows, writing beyond the end of the disk's backing file.
+BEYOND_GROUP = 'default layout, beyond the backing file'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +95,11 @@ class Config:
     # Workloads that also measure every opt-in cluster size.
     cluster_sweep: tuple = ('new-cluster-write', 'seq-write', 'create',
                             'random-read')
+    # First-write workloads also measured beyond the end of the backing
+    # file (a disk larger than its image: most of a real disk): every one
+    # that writes over backing data.
+    beyond_eof: tuple = ('seq-write', 'new-cluster-write', 'dense-4k-qd1',
+                         'dense-4k-qd16', 'write-512', 'flush-4k')
     small_base: int = 16 * units.Mi  # backing data of reads and creation
     depth: int = 16
     seq_block: int = 64 * units.Ki
@@ -123,6 +133,9 @@ QUICK = Config(
 class Sample:
     value: float
     extra: dict = dataclasses.field(default_factory=dict)
+    # Samples the same measurement gives the case's followers:
+    # [(Case, Sample)] (the cold pass of a warm read, say).
+    followers: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -130,7 +143,9 @@ class Case:
     """One row of a workload's table: a variant, maybe at some size.
 
     ``samples[r]`` is repetition r's figure (None where it has none), so
-    that rows are paired repetition by repetition.
+    that rows are paired repetition by repetition. A case with a ``leader``
+    is not measured on its own: its samples come with its leader's (one
+    run giving two figures), and a leader's skip or error is its too.
     """
     variant: variants.Variant
     group: str = ''
@@ -140,6 +155,14 @@ class Case:
     samples: list = dataclasses.field(default_factory=list)
     extra: dict = dataclasses.field(default_factory=dict)
     facts: dict = dataclasses.field(default_factory=dict)
+    leader: 'Case | None' = dataclasses.field(default=None, repr=False)
+    followers: list = dataclasses.field(default_factory=list, repr=False)
+
+    def follow(self, leader):
+        """Take this case's samples from ``leader``'s measurements."""
+        self.leader = leader
+        leader.followers.append(self)
+        return self
 
     def add(self, rep, sample):
         self._pad(rep)
@@ -211,6 +234,20 @@ CASE_ERRORS = (tools.ToolError, nova_exception.NovaException, OSError,
                RuntimeError)
 
 
+def privsep_contexts():
+    """The privsep contexts whose entrypoints the disks' code calls."""
+    return (prealloc_backend.privsep.ctx, nova.privsep.sys_admin_pctxt)
+
+
+def privsep_text():
+    """How the privsep entrypoints run now, for the report."""
+    if all(not ctx.client_mode for ctx in privsep_contexts()):
+        return ('in-process: the plugin\'s and nova\'s privsep entrypoints '
+                'ran in this process (client mode off), no daemon')
+    return ('as configured: the plugin\'s and nova\'s privsep entrypoints '
+            'went through their privsep daemons (client mode on)')
+
+
 class UnsafeDirectory(owner.UnsafeDirectory):
     """Root asked to run the benchmark where another user could redirect
     its writes.
@@ -223,10 +260,12 @@ class Bench:
     owner.refusal_as_root (UnsafeDirectory otherwise).
     """
 
-    def __init__(self, directory, config, progress=None):
+    def __init__(self, directory, config, progress=None,
+                 privsep_in_process=False):
         self.directory = os.path.abspath(directory)
         self.config = config
         self.progress = progress or (lambda message: None)
+        self.privsep_in_process = privsep_in_process
         self.workdir = None
         self.skipped = []
         self._bases = {}
@@ -252,17 +291,17 @@ class Bench:
             variants.session_settings(self.workdir))
         settings.__enter__()
         self._cleanups.append(lambda: settings.__exit__(None, None, None))
-        # NOTE: the entrypoints run in this process (as the unit tests run
-        # them): they keep their own argument checks, only the daemon and
-        # its socket are left out. The disks are ours, so no privilege is
-        # needed; the report says so.
-        for ctx in (prealloc_backend.privsep.ctx,
-                    nova.privsep.sys_admin_pctxt):
-            previous = ctx.client_mode
-            ctx.set_client_mode(False)
-            self._cleanups.append(
-                lambda ctx=ctx, previous=previous:
-                ctx.set_client_mode(previous))
+        if self.privsep_in_process:
+            # NOTE: the entrypoints run in this process (as the unit tests
+            # run them): they keep their own argument checks, only the
+            # daemon and its socket are left out. The disks are ours, so
+            # no privilege is needed; the report says so.
+            for ctx in privsep_contexts():
+                previous = ctx.client_mode
+                ctx.set_client_mode(False)
+                self._cleanups.append(
+                    lambda ctx=ctx, previous=previous:
+                    ctx.set_client_mode(previous))
         fsprobe.forget()
         variants.forget_nova_probe()
         self._cleanups.append(fsprobe.forget)
@@ -369,7 +408,9 @@ class Bench:
         try:
             workload.setup(self)
             cases = workload.cases(self)
-            active = [case for case in cases if case.skip is None]
+            # Followers are measured with their leader.
+            active = [case for case in cases
+                      if case.skip is None and case.leader is None]
             for rep in range(self.config.reps):
                 self.progress('%s: repetition %d/%d (%.0f s)' % (
                     label, rep + 1, self.config.reps,
@@ -378,17 +419,22 @@ class Bench:
                     if case.error or case.skip:
                         continue
                     try:
-                        case.add(rep, workload.measure(self, case, rep))
+                        sample = workload.measure(self, case, rep)
+                        case.add(rep, sample)
+                        for follower, other in sample.followers:
+                            follower.add(rep, other)
                     except tools.TooShort as exc:
                         # Not a failure of the code measured: a figure
                         # this run cannot time. Not shown, with the reason.
-                        case.skip = 'not shown: %s' % exc.reason
-                        case.samples = []
-                        case.extra = {}
+                        for row in [case] + case.followers:
+                            row.skip = 'not shown: %s' % exc.reason
+                            row.samples = []
+                            row.extra = {}
                     except CASE_ERRORS as exc:
                         LOG.debug('%(case)s failed', {'case': case},
                                   exc_info=True)
-                        case.error = str(exc)
+                        for row in [case] + case.followers:
+                            row.error = str(exc)
         except CASE_ERRORS as exc:
             LOG.debug('workload %(name)s failed', {'name': workload.name},
                       exc_info=True)
@@ -416,13 +462,21 @@ class Bench:
             'config': dataclasses.asdict(self.config),
             'date': now.isoformat(timespec='seconds'),
             'host': self.host(),
-            'privsep': ('in-process: the plugin\'s and nova\'s privsep '
-                        'entrypoints ran in this process (client mode '
-                        'off), no daemon'),
+            'privsep': privsep_text(),
             'workloads': [],
         }
         for index, workload in enumerate(workloads):
-            result['workloads'].append(
-                self.run_workload(workload, index, len(workloads)))
+            try:
+                result['workloads'].append(
+                    self.run_workload(workload, index, len(workloads)))
+            except KeyboardInterrupt:
+                # Ctrl-C or SIGTERM (the command turns it into this): the
+                # workloads done so far are reported, nothing else.
+                result['interrupted'] = (
+                    'stopped during workload %s (%d of %d): it and the '
+                    'workloads after it are not in this report'
+                    % (workload.name, index + 1, len(workloads)))
+                self.progress(result['interrupted'])
+                break
         result['seconds'] = time.monotonic() - started
         return result

@@ -43,7 +43,8 @@ def _bars(workload):
         # Narrow bars: break 'nova in-tree space' over lines.
         label = textwrap.fill(case['label'], 12)
         if len(groups) > 1:
-            label += '\n' + case['group']
+            # '1 TiB, cold: first pass ...' -> '1 TiB, cold'.
+            label += '\n' + textwrap.fill(case['group'].split(':')[0], 16)
         labels.append(label)
         medians.append(case['median'])
         lows.append(case['median'] - case['min'])

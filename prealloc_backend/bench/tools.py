@@ -27,6 +27,13 @@ which is what libvirt passes to QEMU for that element.
   timed by the sum of the times qemu-io reports for each request (``-C``),
   so neither the process start nor the command parsing is in the figure.
 
+Next to each figure, the CPU time of the process that did the I/O: its
+user + system time as the kernel accounts it when the process is reaped
+(wait4's rusage; here the growth of RUSAGE_CHILDREN over the run, the
+benchmark running one command at a time), divided by its requests. It
+covers the whole process (its start, the image open and close are in it),
+so it bounds QEMU's per-request work from above.
+
 A timed run shorter than MIN_SECONDS is refused (TooShort): qemu-img
 reports milliseconds, and a run that short says more about the host's
 scheduler than about the disk. The floor is a parameter (``min_seconds``,
@@ -38,10 +45,12 @@ These functions run as the caller. The benchmark's caller is the user
 can change (engine.Bench checks).
 """
 
+import collections
 import json
 import mmap
 import os
 import re
+import resource
 
 from oslo_log import log as logging
 
@@ -87,6 +96,29 @@ def run(cmd, stdin=None):
         if ' failed: ' in line or 'not found' in line:
             raise ToolError(cmd, line.replace('qemu-io> ', '').strip())
     return out
+
+
+def children_cpu():
+    """User + system seconds of every child this process has reaped."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_counted(cmd, stdin=None):
+    """run(cmd, stdin), and the CPU seconds (user + system) the command's
+    process used: what the kernel added to this process's children's
+    rusage when it was reaped. The benchmark runs one command at a time,
+    so nothing else is reaped meanwhile. (``env`` execs the command: one
+    process.)
+    """
+    before = children_cpu()
+    out = run(cmd, stdin)
+    return out, max(0.0, children_cpu() - before)
+
+
+# A timed run: the seconds its timer gives, and the CPU seconds of the
+# process that ran it (user + system, its whole life).
+Timed = collections.namedtuple('Timed', 'seconds cpu_seconds')
 
 
 class TooShort(ToolError):
@@ -162,15 +194,30 @@ def bench(opts, count, size, depth=16, offset=0, step=None, write=True,
     """Seconds of the requests, by qemu-img bench's own timer (TooShort
     under ``min_seconds`` when ``timed``).
     """
+    return bench_timed(opts, count, size, depth, offset, step, write,
+                       flush_interval, timed, min_seconds).seconds
+
+
+def bench_timed(opts, count, size, depth=16, offset=0, step=None,
+                write=True, flush_interval=None, timed=True,
+                min_seconds=MIN_SECONDS):
+    """Timed(seconds by qemu-img bench's own timer, CPU seconds of the
+    qemu-img process); TooShort under ``min_seconds`` when ``timed``.
+    """
     cmd = bench_cmd(opts, count, size, depth, offset, step, write,
                     flush_interval)
-    seconds = parse_bench(cmd, run(cmd))
-    return _long_enough(cmd, seconds, min_seconds) if timed else seconds
+    out, cpu = run_counted(cmd)
+    seconds = parse_bench(cmd, out)
+    if timed:
+        _long_enough(cmd, seconds, min_seconds)
+    return Timed(seconds, cpu)
 
 
-def io_script(requests, op='read', pattern=0x5a, report=False):
+def io_script(requests, op='read', pattern=0x5a, report=False,
+              last=True):
     """A qemu-io command script: one ``op`` per (offset, length); quiet, or
-    with ``report`` each request's machine-readable line (``-C``).
+    with ``report`` each request's machine-readable line (``-C``); ends
+    with ``quit`` when it is the ``last`` part of the script.
     """
     flag = '-C' if report else '-q'
     lines = []
@@ -180,8 +227,9 @@ def io_script(requests, op='read', pattern=0x5a, report=False):
                                                    length))
         else:
             lines.append('read %s %d %d' % (flag, offset, length))
-    lines.append('quit')
-    return '\n'.join(lines) + '\n'
+    if last:
+        lines.append('quit')
+    return ''.join(line + '\n' for line in lines)
 
 
 # qemu-io -C: "bytes,ops,h:mm:ss.ss,bytes/s,ops/s".
@@ -189,31 +237,66 @@ _REPORT = re.compile(r'^(?:qemu-io> )*(\d+),(\d+),[0-9:.]+,([0-9.]+),'
                      r'([0-9.]+)$')
 
 
-def parse_io(cmd, out, expected):
-    """Sum of the seconds of each request qemu-io reported (``-C``)."""
-    seconds, seen = 0.0, 0
+def request_seconds(cmd, out, expected):
+    """Seconds of each request qemu-io reported (``-C``), in order."""
+    seconds = []
     for line in out.splitlines():
         match = _REPORT.match(line.strip())
         if match:
             ops, ops_per_s = int(match.group(2)), float(match.group(4))
             if ops_per_s <= 0:
                 raise ToolError(cmd, 'unreadable timing %r' % line)
-            seconds += ops / ops_per_s
-            seen += 1
-    if seen != expected:
+            seconds.append(ops / ops_per_s)
+    if len(seconds) != expected:
         raise ToolError(cmd, '%d request reports, %d expected' % (
-            seen, expected))
+            len(seconds), expected))
     return seconds
+
+
+def parse_io(cmd, out, expected):
+    """Sum of the seconds of each request qemu-io reported (``-C``)."""
+    return sum(request_seconds(cmd, out, expected))
 
 
 def qemu_io(opts, requests, op='read', min_seconds=MIN_SECONDS):
     """Seconds the ``requests`` [(offset, length)] take in qemu-io, by
     qemu-io's own per-request timer (TooShort under ``min_seconds``).
     """
-    requests = list(requests)
+    return qemu_io_timed(opts, requests, op, min_seconds).seconds
+
+
+def qemu_io_timed(opts, requests, op='read', min_seconds=MIN_SECONDS):
+    """Timed(seconds of the ``requests`` by qemu-io's per-request timer,
+    CPU seconds of the qemu-io process); TooShort under ``min_seconds``.
+    """
+    (seconds,), cpu = qemu_io_passes(opts, [requests], op, min_seconds)
+    return Timed(seconds, cpu)
+
+
+def qemu_io_passes(opts, passes, op='read', min_seconds=MIN_SECONDS):
+    """Run the lists of ``passes`` [[(offset, length)], ...] one after the
+    other in one qemu-io process (one open of the disk, so what a pass
+    loads into QEMU's caches is there for the next); return ([seconds of
+    each pass by qemu-io's per-request timer], CPU seconds of the process).
+    TooShort when a pass takes under ``min_seconds``.
+    """
+    passes = [list(requests) for requests in passes]
     cmd = [QEMU_IO, '--image-opts', opts]
-    out = run(cmd, io_script(requests, op=op, report=True))
-    return _long_enough(cmd, parse_io(cmd, out, len(requests)), min_seconds)
+    script = ''.join(io_script(requests, op=op, report=True, last=False)
+                     for requests in passes) + 'quit\n'
+    out, cpu = run_counted(cmd, script)
+    times = request_seconds(cmd, out, sum(len(r) for r in passes))
+    return [_long_enough(cmd, seconds, min_seconds) for seconds in
+            pass_seconds(times, [len(r) for r in passes])], cpu
+
+
+def pass_seconds(times, lengths):
+    """Sums of the consecutive runs of ``lengths`` items of ``times``."""
+    out, start = [], 0
+    for length in lengths:
+        out.append(sum(times[start:start + length]))
+        start += length
+    return out
 
 
 def qemu_io_prepare(opts, requests, op='write'):

@@ -20,9 +20,13 @@ repeats and interleaves.
 Every first-write workload writes into fresh disks (a new disk per sample)
 whose backing file holds random data, opened by QEMU the same way for every
 variant (variants.AIO, variants.CACHE). Rows are grouped: the plugin's
-default layout beside nova and raw, then, for the workloads of
+default layout beside nova and raw, writing over the backing data; for the
+workloads of Config.beyond_eof the same rows again, writing beyond the end
+of a smaller backing file (a disk larger than its image: most of a real
+disk, where a first write has nothing to copy); then, for the workloads of
 Config.cluster_sweep, each opt-in cluster size beside raw fallocated,
-measured in the same repetitions.
+measured in the same repetitions. Next to each figure, the CPU time of the
+QEMU process per request (tools.Timed).
 
 Adding a workload (an in-guest one, say): subclass Workload and decorate it
 with ``@register``, or expose the class under the entry point group
@@ -58,6 +62,9 @@ WRITE_VARIANTS = (vs.RAW_FALLOCATED, vs.RAW_ZERO, vs.NOVA_NONE,
 # raw fallocated reference (workloads named in Config.cluster_sweep).
 SWEEP_VARIANTS = (vs.PLUGIN_METADATA, vs.PLUGIN_SPACE)
 DEFAULT_GROUP = engine.DEFAULT_GROUP
+BEYOND_GROUP = engine.BEYOND_GROUP
+# Extra column: CPU seconds of the QEMU process per request.
+CPU_COLUMN = ('cpu_per_io', 'CPU per I/O', 'micros')
 KiB4 = 4 * units.Ki
 # Fewest 4 KiB new-cluster writes timed: a raw file takes them in tens of
 # milliseconds.
@@ -136,7 +143,8 @@ class Workload:
     unit = None
     higher_is_better = True
     # Extra per-sample figures to show as columns: [(key, header, kind)],
-    # kind 'bytes', 'seconds' or 'number'.
+    # kind 'bytes', 'seconds', 'micros' (seconds shown in microseconds) or
+    # 'number'.
     extra_columns = ()
     fact_columns = ()
 
@@ -170,6 +178,10 @@ class Workload:
         """
         return [DEFAULT_GROUP]
 
+    def result_fields(self, bench):
+        """More keys of the workload's result (what its targets need)."""
+        return {}
+
     def result(self, bench, cases, error=None, seconds=None):
         rows = []
         for case in cases:
@@ -191,7 +203,8 @@ class Workload:
                 'engine': self.engine_text(bench),
                 'setup': self.describe(bench), 'error': error,
                 'seconds': seconds, 'extra_columns': list(self.extra_columns),
-                'fact_columns': list(self.fact_columns), 'cases': rows}
+                'fact_columns': list(self.fact_columns), 'cases': rows,
+                **self.result_fields(bench)}
 
 
 class _FirstWrites(Workload):
@@ -207,7 +220,8 @@ class _FirstWrites(Workload):
     references = ('raw-fallocated', 'raw-zero-written', 'nova-none',
                   'nova-space')
     extra_columns = (('allocated', 'allocated before', 'bytes'),
-                     ('create_seconds', 'created in', 'seconds'))
+                     ('create_seconds', 'created in', 'seconds'),
+                     CPU_COLUMN)
     fact_columns = (('cluster', 'cluster'), ('cache', 'metadata cache'))
 
     def count(self, bench, group):
@@ -216,6 +230,27 @@ class _FirstWrites(Workload):
     def disk_size(self, bench):
         """Virtual size of the disks, and data in their backing file."""
         return bench.config.write_disk
+
+    def beyond(self, bench):
+        """Whether this run also writes beyond the backing file."""
+        return self.name in bench.config.beyond_eof
+
+    def offset(self, bench, group):
+        """Where the writes start: 0 over the backing data; beyond it,
+        the end of the (smaller) backing file of that group.
+        """
+        return bench.config.small_base if group == BEYOND_GROUP else 0
+
+    def group_disk_size(self, bench, group):
+        """Virtual size of the group's disks: beyond the backing file, the
+        same writes start at its end, so the disk is that much larger.
+        """
+        return self.offset(bench, group) + self.disk_size(bench)
+
+    def group_base_size(self, bench, group):
+        if group == BEYOND_GROUP:
+            return bench.config.small_base
+        return self.base_size(bench)
 
     def step(self, bench, group):
         return None
@@ -226,10 +261,21 @@ class _FirstWrites(Workload):
         return self.count(bench, group) * max(step, KiB4)
 
     def describe(self, bench):
-        return ('fresh %s disks per sample: qcow2 overlays of a raw backing '
+        text = ('fresh %s disks per sample: qcow2 overlays of a raw backing '
                 'file of %s random data, raw files for the raw rows' % (
                     engine.fmt_bytes(self.disk_size(bench)),
                     engine.fmt_bytes(self.base_size(bench))))
+        if self.beyond(bench):
+            offset = self.offset(bench, BEYOND_GROUP)
+            text += ('; "%s": the same writes from offset %s of %s disks '
+                     'whose backing file holds %s, so every write lands '
+                     'past its end (nothing to copy: most of a real disk)'
+                     % (BEYOND_GROUP, engine.fmt_bytes(offset),
+                        engine.fmt_bytes(self.group_disk_size(
+                            bench, BEYOND_GROUP)),
+                        engine.fmt_bytes(self.group_base_size(
+                            bench, BEYOND_GROUP))))
+        return text
 
     def base_size(self, bench):
         if self.disk_size(bench) == bench.config.write_disk:
@@ -242,36 +288,53 @@ class _FirstWrites(Workload):
                                       self.count(bench, group))
         if step:
             text += ' -S %d' % step
+        if self.offset(bench, group):
+            text += ' -o %d' % self.offset(bench, group)
         if self.flush:
             text += ' --flush-interval=%d' % bench.config.flush_interval
         return text
 
     def engine_text(self, bench):
-        return ('qemu-img %s bench -w %s, --image-opts with file.aio=%s and '
+        text = ('qemu-img %s bench -w %s, --image-opts with file.aio=%s and '
                 'cache.direct=on (cache=%s) for every variant; qemu-img\'s '
                 'own timer (requests only, no process start or open)' % (
                     tools.version(), self.pattern_text(bench, DEFAULT_GROUP),
                     vs.AIO, vs.CACHE))
+        if self.beyond(bench):
+            text += '; beyond the backing file: -o %d' % self.offset(
+                bench, BEYOND_GROUP)
+        return text + ('; CPU per I/O: user + system seconds of the '
+                       'qemu-img process (its whole run) / requests')
 
     def unmeasurable(self, bench):
         """Why this workload cannot be measured honestly here, or None."""
         return None
 
     def setup(self, bench):
-        bench.base(self.base_size(bench))
+        for group, _variants in self.groups(bench):
+            bench.base(self.group_base_size(bench, group))
 
     def default_groups(self, bench):
         cfg = bench.config
         defaults = {default_cluster(bench, size) for size in
                     (cfg.write_disk, cfg.read_disk) + tuple(cfg.create_sizes)}
-        return [DEFAULT_GROUP] + [
-            group for group, _variants in self.groups(bench)[1:]
-            if policy.CLUSTER_SIZES[group.split()[0]] in defaults]
+        out = [DEFAULT_GROUP]
+        for group, _variants in self.groups(bench)[1:]:
+            if group == BEYOND_GROUP:
+                out.append(group)
+            elif policy.CLUSTER_SIZES[group.split()[0]] in defaults:
+                out.append(group)
+        return out
 
     def groups(self, bench):
-        """[(group, variants)]: the default layout, then opt-in sizes."""
+        """[(group, variants)]: the default layout over the backing data,
+        beyond it (Config.beyond_eof), then opt-in sizes.
+        """
         size = self.disk_size(bench)
         groups = [(DEFAULT_GROUP, WRITE_VARIANTS + self.extra_variants)]
+        if self.beyond(bench):
+            groups.append((BEYOND_GROUP,
+                           WRITE_VARIANTS + self.extra_variants))
         if self.name in bench.config.cluster_sweep:
             for name, _value in opt_in_clusters(bench, size):
                 groups.append((sweep_group(name), (vs.RAW_FALLOCATED,) +
@@ -290,30 +353,32 @@ class _FirstWrites(Workload):
             for variant in variants:
                 skip = (why or self.too_few(bench, group) or
                         bench.cannot_reserve(
-                            variant, self.disk_size(bench),
+                            variant, self.group_disk_size(bench, group),
                             written=self.written(bench, group)))
                 cases.append(engine.Case(variant, group=group, skip=skip))
         return cases
 
     def measure(self, bench, case, rep):
         cfg = bench.config
+        group = case.group
         disk = vs.make_disk(case.variant, bench.workdir,
-                            bench.base(self.base_size(bench)),
-                            self.disk_size(bench))
+                            bench.base(self.group_base_size(bench, group)),
+                            self.group_disk_size(bench, group))
+        count = self.count(bench, group)
         try:
             case.facts.update(disk_facts(disk))
             allocated = disk.allocated
-            seconds = tools.bench(
-                disk.opts(), count=self.count(bench, case.group),
-                size=self.block, depth=self.depth,
-                step=self.step(bench, case.group),
+            timed = tools.bench_timed(
+                disk.opts(), count=count, size=self.block, depth=self.depth,
+                offset=self.offset(bench, group), step=self.step(bench, group),
                 flush_interval=(cfg.flush_interval if self.flush else None),
                 min_seconds=cfg.min_seconds)
         finally:
             disk.remove()
-        return engine.Sample(self.value(bench, case.group, seconds),
+        return engine.Sample(self.value(bench, group, timed.seconds),
                              {'allocated': allocated,
-                              'create_seconds': disk.create_seconds})
+                              'create_seconds': disk.create_seconds,
+                              'cpu_per_io': timed.cpu_seconds / count})
 
     def value(self, bench, group, seconds):
         return self.count(bench, group) / seconds
@@ -341,8 +406,8 @@ class NewClusterWrites(_FirstWrites):
     title = '4 KiB writes, each into a new cluster, queue depth 16'
 
     def _cluster(self, bench, group):
-        if group == DEFAULT_GROUP:
-            return default_cluster(bench, bench.config.write_disk)
+        if group in (DEFAULT_GROUP, BEYOND_GROUP):
+            return default_cluster(bench, self.group_disk_size(bench, group))
         return policy.CLUSTER_SIZES[group.split()[0]]
 
     def step(self, bench, group):
@@ -352,10 +417,14 @@ class NewClusterWrites(_FirstWrites):
         return max(policy.MIN_CLUSTER, self._cluster(bench, group) or 0)
 
     def count(self, bench, group):
+        """As many writes as fit over the backing data (beyond it: in the
+        same span of the disk), at most Config.new_cluster_writes.
+        """
         cfg = bench.config
-        return min(cfg.new_cluster_writes,
-                   min(cfg.write_base, cfg.write_disk) //
-                   self.step(bench, group))
+        span = cfg.write_disk
+        if group != BEYOND_GROUP:
+            span = min(cfg.write_base, span)
+        return min(cfg.new_cluster_writes, span // self.step(bench, group))
 
     def too_few(self, bench, group):
         count = self.count(bench, group)
@@ -375,8 +444,7 @@ class NewClusterWrites(_FirstWrites):
 
     def describe(self, bench):
         return super().describe(bench) + (
-            '; every write lands in a cluster not written before, over '
-            'backing data')
+            '; every write lands in a cluster not written before')
 
 
 @register
@@ -437,36 +505,74 @@ class FlushedWrites(_FirstWrites):
 
 @register
 class RandomReads(Workload):
+    """Random reads over written points of a large disk, cold and warm.
+
+    One qemu-io process per row and repetition reads every point twice,
+    each pass in its own seeded order. The first pass starts with QEMU's
+    qcow2 metadata cache empty (a fresh process), so each L2 table the
+    points fall in is read from the file on its first touch: the cold
+    figure, what a guest sees right after it starts. The second pass
+    finds in the cache every table the cache can hold: the warm figure,
+    the steady state a guest lives in, which the targets judge.
+    """
+
     name = 'random-read'
     title = 'Random 4 KiB reads over written data, 1 TiB disks, queue ' \
-            'depth 1'
+            'depth 1, cold and warm metadata cache'
     unit = 'reads/s'
     VARIANTS = (vs.RAW_SPARSE, vs.NOVA_NONE, vs.PLUGIN_NONE,
                 vs.PLUGIN_METADATA, vs.PLUGIN_SPACE)
     references = ('raw-sparse', 'nova-none')
+    extra_columns = (('cpu_per_io', 'CPU per read (both passes)',
+                      'micros'),)
     fact_columns = (('cluster', 'cluster'), ('cache', 'metadata cache'),
-                    ('l2_coverage', 'L2 cache covers'))
+                    ('l2_entry', 'L2 cache entry'),
+                    ('l2_coverage', 'L2 cache covers'),
+                    ('l2_tables', 'L2 tables read'))
 
     def __init__(self):
         self._disks = {}
         self._points = []
 
+    @staticmethod
+    def cold_group(bench):
+        return ('%s, cold: first pass in a fresh QEMU, each L2 table read '
+                'on its first touch' % engine.fmt_bytes(
+                    bench.config.read_disk))
+
+    @staticmethod
+    def warm_group(bench):
+        return ('%s, warm: second pass over the same points, same QEMU'
+                % engine.fmt_bytes(bench.config.read_disk))
+
+    def result_fields(self, bench):
+        return {'disk_size': bench.config.read_disk,
+                'cold_group': self.cold_group(bench),
+                'warm_group': self.warm_group(bench)}
+
     def engine_text(self, bench):
         return ('qemu-io %s, one read at a time (-C), file.aio=%s, '
-                'cache.direct=on for every variant; the sum of the times '
-                'qemu-io reports for each read (no process start, no '
-                'command parsing)' % (tools.version(tools.QEMU_IO), vs.AIO))
+                'cache.direct=on for every variant; one process reads '
+                'every point twice (cold pass, then warm pass); each '
+                'figure is the sum of the times qemu-io reports for the '
+                'reads of its pass (no process start, no command parsing); '
+                'CPU per read: user + system seconds of the qemu-io process '
+                '(both passes, start and open included) / reads; L2 cache '
+                'entry: QEMU\'s l2-cache-entry-size, one cluster (neither '
+                'libvirt nor the plugin sets it)'
+                % (tools.version(tools.QEMU_IO), vs.AIO))
 
     def describe(self, bench):
         cfg = bench.config
         return ('%s disks (qcow2: overlays of a %s random-data backing '
                 'file; raw: a sparse file), each first written at %d seeded '
                 'random 4 KiB-aligned points (untimed); every repetition '
-                'reads all %d points in its own seeded order, the same for '
-                'every variant: no read lands on a hole or an unallocated '
-                'cluster' % (engine.fmt_bytes(cfg.read_disk),
-                             engine.fmt_bytes(cfg.small_base),
-                             cfg.read_points, cfg.read_points))
+                'reads all %d points twice, each pass in its own seeded '
+                'order, the same for every variant: no read lands on a hole '
+                'or an unallocated cluster' % (
+                    engine.fmt_bytes(cfg.read_disk),
+                    engine.fmt_bytes(cfg.small_base),
+                    cfg.read_points, cfg.read_points))
 
     def variants(self, bench):
         out = list(self.VARIANTS)
@@ -475,65 +581,90 @@ class RandomReads(Workload):
                 out.append(vs.PLUGIN_METADATA.with_cluster(name))
         return out
 
+    def points(self, bench):
+        """The seeded 4 KiB-aligned points every variant is written and
+        read at, sorted.
+        """
+        cfg = bench.config
+        rng = random.Random(0)
+        blocks = cfg.read_disk // KiB4
+        return sorted({rng.randrange(blocks) * KiB4
+                       for _ in range(cfg.read_points)})
+
     def cases(self, bench):
         cfg = bench.config
         base = bench.base(cfg.small_base)
-        rng = random.Random(0)
-        blocks = cfg.read_disk // KiB4
-        self._points = sorted({rng.randrange(blocks) * KiB4
-                               for _ in range(cfg.read_points)})
+        self._points = self.points(bench)
         # What one 4 KiB write can copy at most: a 64 KiB cluster (nova's
         # layout) or subcluster (2 MiB clusters with extended_l2).
         written = len(self._points) * policy.MIN_CLUSTER
-        cases = []
+        cold_cases, warm_cases = [], []
         for variant in self.variants(bench):
-            case = engine.Case(variant, group=engine.fmt_bytes(
-                cfg.read_disk))
-            case.skip = bench.cannot_reserve(variant, cfg.read_disk,
-                                             written=written)
-            cases.append(case)
-            if case.skip:
+            warm = engine.Case(variant, group=self.warm_group(bench))
+            cold = engine.Case(variant, group=self.cold_group(bench))
+            cold.follow(warm)
+            cold_cases.append(cold)
+            warm_cases.append(warm)
+            warm.skip = cold.skip = bench.cannot_reserve(
+                variant, cfg.read_disk, written=written)
+            if warm.skip:
                 continue
             try:
                 disk = vs.make_disk(variant, bench.workdir, base,
                                     cfg.read_disk)
                 self._disks[variant.key] = disk
-                case.facts.update(disk_facts(disk))
-                case.facts['l2_coverage'] = self._coverage(disk)
+                facts = dict(disk_facts(disk), **self.l2_facts(disk))
+                warm.facts.update(facts)
+                cold.facts.update(facts)
                 # Preparation, not measured: cache=unsafe.
                 tools.qemu_io_prepare(
                     disk.opts(direct=False, flush=False),
                     ((offset, KiB4) for offset in self._points))
             except engine.CASE_ERRORS as exc:
-                case.error = str(exc)
-        return cases
+                warm.error = cold.error = str(exc)
+        return cold_cases + warm_cases
 
-    @staticmethod
-    def _coverage(disk):
-        """Virtual bytes the disk's L2 cache maps, as QEMU sizes it."""
+    def l2_facts(self, disk):
+        """The L2 cache entry of the disk (QEMU's l2-cache-entry-size: one
+        cluster, unset by libvirt and the plugin) and the virtual bytes it
+        maps, what the whole L2 cache covers, and how many L2 tables the
+        points fall in: the tables the cold pass reads.
+        """
         if disk.fmt != 'qcow2':
-            return '-'
+            return {'l2_entry': '-', 'l2_coverage': '-', 'l2_tables': '-'}
         info = tools.info(disk.path, 'qcow2')
         size, cluster = info['virtual-size'], info['cluster-size']
+        extended = bool(disk.extended_l2)
+        span = policy.l2_coverage(cluster, extended, cluster)
         if disk.cache_size:
             # QEMU gives the refcount cache its minimum, the rest to L2.
             cache = disk.cache_size - (policy.MIN_REFCOUNT_CACHE_CLUSTERS *
                                        cluster)
         else:
             cache = policy.QEMU_DEFAULT_L2_CACHE
-        covered = min(policy.l2_coverage(cluster, bool(disk.extended_l2),
-                                         cache), size)
-        return '%s (%d%%)' % (engine.fmt_bytes(covered),
-                              round(100 * covered / size))
+        covered = min(policy.l2_coverage(cluster, extended, cache), size)
+        tables = len({point // span for point in self._points})
+        return {'l2_entry': '%s (maps %s)' % (engine.fmt_bytes(cluster),
+                                              engine.fmt_bytes(span)),
+                'l2_coverage': '%s (%d%%)' % (engine.fmt_bytes(covered),
+                                              round(100 * covered / size)),
+                'l2_tables': str(tables)}
 
     def measure(self, bench, case, rep):
         disk = self._disks[case.variant.key]
-        order = list(self._points)
-        random.Random(rep + 1).shuffle(order)
-        seconds = tools.qemu_io(disk.opts(),
-                                ((offset, KiB4) for offset in order),
-                                min_seconds=bench.config.min_seconds)
-        return engine.Sample(len(order) / seconds)
+        cold_order = list(self._points)
+        random.Random(rep + 1).shuffle(cold_order)
+        warm_order = list(self._points)
+        random.Random(-(rep + 1)).shuffle(warm_order)
+        (cold, warm), cpu = tools.qemu_io_passes(
+            disk.opts(), [((offset, KiB4) for offset in cold_order),
+                          ((offset, KiB4) for offset in warm_order)],
+            min_seconds=bench.config.min_seconds)
+        count = len(self._points)
+        extra = {'cpu_per_io': cpu / (2 * count)}
+        (follower,) = case.followers
+        return engine.Sample(count / warm, dict(extra), followers=[
+            (follower, engine.Sample(count / cold, dict(extra)))])
 
     def teardown(self, bench):
         for disk in self._disks.values():
@@ -612,13 +743,16 @@ class Extents(Workload):
     BLOCK = 64 * units.Ki
     extra_columns = (('allocated', 'allocated before', 'bytes'),
                      ('extents_before', 'extents before', 'number'),
-                     ('write_mib_s', 'write MiB/s', 'number'))
+                     ('write_mib_s', 'write MiB/s', 'number'),
+                     ('cpu_per_io', 'CPU per write', 'micros'))
 
     def engine_text(self, bench):
         return ('qemu-io %s writing every 64 KiB block once in a seeded '
                 'random order, one at a time, file.aio=%s, cache.direct=on '
-                '(MiB/s: the sum of qemu-io\'s per-request times); then '
-                'filefrag (FIEMAP)' % (tools.version(tools.QEMU_IO), vs.AIO))
+                '(MiB/s: the sum of qemu-io\'s per-request times; CPU per '
+                'write: user + system seconds of the qemu-io process / '
+                'writes); then filefrag (FIEMAP)'
+                % (tools.version(tools.QEMU_IO), vs.AIO))
 
     def describe(self, bench):
         return ('%s raw disks (images_type=raw: a copy of a %s random-data '
@@ -644,7 +778,7 @@ class Extents(Workload):
             before = tools.filefrag(disk.path)
             order = list(range(0, cfg.extents_disk, self.BLOCK))
             random.Random(rep + 1).shuffle(order)
-            seconds = tools.qemu_io(
+            timed = tools.qemu_io_timed(
                 disk.opts(), ((offset, self.BLOCK) for offset in order),
                 op='write', min_seconds=cfg.min_seconds)
             extents = tools.filefrag(disk.path)
@@ -652,4 +786,5 @@ class Extents(Workload):
             disk.remove()
         return engine.Sample(extents, {
             'allocated': allocated, 'extents_before': before,
-            'write_mib_s': cfg.extents_disk / units.Mi / seconds})
+            'write_mib_s': cfg.extents_disk / units.Mi / timed.seconds,
+            'cpu_per_io': timed.cpu_seconds / len(order)})

@@ -88,6 +88,19 @@ def result(workload_list, run='default'):
             'seconds': 12.0}
 
 
+WARM = '1 TiB, warm'
+COLD = '1 TiB, cold'
+BEYOND = engine.BEYOND_GROUP
+
+
+def reads(cases, disk_size=units.Ti):
+    """The random-read workload's result: warm and cold groups."""
+    w = workload('random-read', cases, unit='reads/s', kind=None,
+                 references=('raw-sparse', 'nova-none'))
+    w.update(disk_size=disk_size, warm_group=WARM, cold_group=COLD)
+    return w
+
+
 class StatsTestCase(base.TestCase):
 
     def test_summary_leaves_out_missing_repetitions(self):
@@ -197,13 +210,14 @@ class TargetTestCase(base.TestCase):
             writes('new-cluster-write', none=0.5, full=0.9,
                    groups={'512K asked': 0.85}),
             writes('dense-4k-qd16', none=0.94),
-            workload('random-read', [
-                case('raw-sparse', [1000.0, 2000.0, 1000.0], '1 TiB'),
-                case('plugin-metadata', [950.0, 1700.0, 850.0], '1 TiB'),
-                case('plugin-space', [None] * 3, '1 TiB',
-                     skip='cannot be reserved here: needs 1 TiB')],
-                unit='reads/s', kind=None,
-                references=('raw-sparse', 'nova-none')),
+            reads([
+                case('raw-sparse', [1000.0, 2000.0, 1000.0], WARM),
+                case('plugin-metadata', [950.0, 1700.0, 850.0], WARM),
+                case('plugin-space', [None] * 3, WARM,
+                     skip='cannot be reserved here: needs 1 TiB'),
+                # The cold pass is shown, never judged.
+                case('raw-sparse', [1000.0, 2000.0, 1000.0], COLD),
+                case('plugin-metadata', [100.0, 100.0, 100.0], COLD)]),
             workload('create', [
                 case('plugin-metadata', [1.0, 1.5, 2.5], '1 TiB')],
                 unit='s', higher=False, kind=None,
@@ -237,14 +251,14 @@ class TargetTestCase(base.TestCase):
                                 'zero-written']['met'])
         # Paired: 0.95, 0.85, 0.85 -> 0.85 (the ratio of the medians would
         # be 950 / 1000 = 0.95, met).
-        t = targets['random 4K reads over written data, 1 TiB: plugin '
-                    'metadata / raw']
+        t = targets['random 4K reads over written data, 1 TiB, warm '
+                    'metadata cache: plugin metadata / raw']
         self.assertAlmostEqual(0.85, t['value'])
         self.assertFalse(t['met'])
         self.assertEqual((0.85, 0.95, 3), (round(t['min'], 3),
                                            round(t['max'], 3), t['n']))
-        t = targets['random 4K reads over written data, 1 TiB: plugin '
-                    'space / raw']
+        t = targets['random 4K reads over written data, 1 TiB, warm '
+                    'metadata cache: plugin space / raw']
         self.assertIsNone(t['met'])
         self.assertIsNone(t['value'])
         self.assertIn('plugin-space skipped: cannot be reserved', t['why'])
@@ -269,14 +283,45 @@ class TargetTestCase(base.TestCase):
                                  '(median)']['met'])
 
     def test_reads_not_on_1_tib_are_not_judged(self):
-        targets = self.judged([workload('random-read', [
-            case('raw-sparse', [1.0] * 3, '64 GiB'),
-            case('plugin-metadata', [1.0] * 3, '64 GiB')], kind=None,
-            references=('raw-sparse',))])
-        t = targets['random 4K reads over written data, 1 TiB: plugin '
-                    'metadata / raw']
+        targets = self.judged([reads([
+            case('raw-sparse', [1.0] * 3, WARM),
+            case('plugin-metadata', [1.0] * 3, WARM)],
+            disk_size=64 * units.Gi)])
+        t = targets['random 4K reads over written data, 1 TiB, warm '
+                    'metadata cache: plugin metadata / raw']
         self.assertIsNone(t['met'])
-        self.assertIn('not 1 TiB', t['why'])
+        self.assertEqual('the read disks are 64 GiB, not 1 TiB', t['why'])
+
+    def test_beyond_the_backing_file_is_judged_too(self):
+        over = writes('seq-write', none=0.97, full=0.97, metadata=0.96,
+                      space=0.96)
+        beyond = writes('seq-write', none=0.5, full=0.9, metadata=0.8,
+                        space=0.97)
+        for row in beyond['cases']:
+            row['group'] = BEYOND
+        over['cases'] += beyond['cases']
+        targets = self.judged([over])
+        # The same targets, each named for where the writes land.
+        for name, met, value in (
+                ('64K sequential first writes: plugin metadata / raw '
+                 'fallocated', True, 0.96),
+                ('64K sequential first writes, beyond the backing file: '
+                 'plugin metadata / raw fallocated', False, 0.8),
+                ('64K sequential first writes, beyond the backing file: '
+                 'plugin space / raw fallocated', True, 0.97),
+                ('seq-write: plugin full / raw zero-written', True, 0.97),
+                ('seq-write, beyond the backing file: plugin full / raw '
+                 'zero-written', False, 0.9),
+                ('seq-write: plugin none / stock nova (none)', True, 0.97),
+                ('seq-write, beyond the backing file: plugin none / stock '
+                 'nova (none)', False, 0.5)):
+            self.assertEqual(met, targets[name]['met'], name)
+            self.assertAlmostEqual(value, targets[name]['value'])
+        # A run without the beyond rows has no beyond targets (not n/a
+        # lines for rows it never meant to measure).
+        self.assertNotIn(
+            'seq-write, beyond the backing file: plugin full / raw '
+            'zero-written', self.judged([writes('seq-write')]))
 
     def test_json_targets_have_the_issue_fields(self):
         data = report.finalize(result([writes('seq-write')]))
@@ -649,9 +694,12 @@ class WorkloadPlanTestCase(base.TestCase):
         groups = {}
         for row in w.cases(bench):
             groups.setdefault(row.group, []).append(row.variant.key)
-        # The default layout beside nova and every reference...
+        # The default layout beside nova and every reference, over the
+        # backing data and beyond it...
         self.assertEqual({v.key for v in workloads.WRITE_VARIANTS},
                          set(groups.pop(DEFAULT)))
+        self.assertEqual({v.key for v in workloads.WRITE_VARIANTS},
+                         set(groups.pop(BEYOND)))
         # ... then every other size an operator can ask for, with raw
         # fallocated measured in the same repetitions.
         default = variants.plan(variants.PLUGIN_METADATA,
@@ -664,7 +712,7 @@ class WorkloadPlanTestCase(base.TestCase):
             name = group.split()[0]
             self.assertEqual(['raw-fallocated', 'plugin-metadata@' + name,
                               'plugin-space@' + name], keys)
-        self.assertEqual(DEFAULT, w.default_groups(bench)[0])
+        self.assertEqual([DEFAULT, BEYOND], w.default_groups(bench)[:2])
 
     def test_new_cluster_step_covers_the_cluster(self):
         bench = self._bench()
