@@ -18,6 +18,7 @@ the plugin's privsep entrypoints run in-process (client mode off) unless a
 test starts the real daemon.
 """
 
+import ast
 import hashlib
 import os
 import pwd
@@ -451,3 +452,18 @@ def contains(path, needle, chunk=4 * 1024 * 1024):
             if needle in tail + block:
                 return True
             tail = block[-len(needle):]
+
+
+def package_trees():
+    """(path relative to the package, parsed AST) of every module of
+    prealloc_backend: for tests that read the code itself.
+    """
+    top = os.path.dirname(os.path.abspath(prealloc_backend.__file__))
+    for directory, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if d != '__pycache__')
+        for name in sorted(files):
+            if name.endswith('.py'):
+                path = os.path.join(directory, name)
+                with open(path) as f:
+                    yield (os.path.relpath(path, top),
+                           ast.parse(f.read(), path))

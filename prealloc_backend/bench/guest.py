@@ -901,15 +901,7 @@ def run_blockio(disk, disk_format, step=STEP_NONE, block_sizes=None,
                        accel, console_path, aio=aio,
                        block_sizes=block_sizes, trace_path=trace_path)
     try:
-        try:
-            process.execute(*cmd, timeout=timeout)
-        except exception.ProcessTimeout:
-            raise GuestError('the guest did not power off within %d s; '
-                             'console:\n%s' % (timeout,
-                                               _read(console_path)[-2000:]))
-        except exception.ProcessFailed as exc:
-            raise GuestError('qemu-system-x86_64 exited %s: %s' %
-                             (exc.exit_code, exc.stderr))
+        _run_guest(cmd, timeout, console_path)
         console = _read(console_path)
         report = parse_console(console)
         if 'blockio' not in report or 'step' not in report:
@@ -921,6 +913,19 @@ def run_blockio(disk, disk_format, step=STEP_NONE, block_sizes=None,
                              console=console)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _run_guest(cmd, timeout, console_path):
+    """Run a plain-QEMU guest until it powers off; GuestError otherwise."""
+    try:
+        process.execute(*cmd, timeout=timeout)
+    except exception.ProcessTimeout:
+        raise GuestError('the guest did not power off within %d s; '
+                         'console:\n%s' % (timeout,
+                                           _read(console_path)[-2000:]))
+    except exception.ProcessFailed as exc:
+        raise GuestError('qemu-system-x86_64 exited %s: %s' %
+                         (exc.exit_code, exc.stderr))
 
 
 def run_write_test(disk, disk_format, mib=64, guest=None, accel=None,
@@ -945,15 +950,7 @@ def run_write_test(disk, disk_format, mib=64, guest=None, accel=None,
                        cache_size=cache_size)
     LOG.debug('Running %s', ' '.join(cmd))
     try:
-        try:
-            process.execute(*cmd, timeout=timeout)
-        except exception.ProcessTimeout:
-            raise GuestError('the guest did not power off within %d s; '
-                             'console:\n%s' % (timeout,
-                                               _read(console_path)[-2000:]))
-        except exception.ProcessFailed as exc:
-            raise GuestError('qemu-system-x86_64 exited %s: %s' %
-                             (exc.exit_code, exc.stderr))
+        _run_guest(cmd, timeout, console_path)
         return write_result(_read(console_path), accel, RUNNER_QEMU)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)

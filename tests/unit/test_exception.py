@@ -18,15 +18,14 @@ expects.
 
 import ast
 import inspect
-import os
 import re
 
 from nova import exception as nova_exception
 from oslo_utils import importutils
 from oslotest import base
 
-import prealloc_backend
 from prealloc_backend import exception
+from tests import fixtures as pb_fixtures
 
 KEY = re.compile(r'%\((\w+)\)([sdr])')
 
@@ -66,33 +65,26 @@ class ExceptionTestCase(base.BaseTestCase):
         # Each keyword a raise site of the package passes is shown in the
         # message (a value dropped from msg_fmt would go unseen).
         by_name = {cls.__name__: cls for cls in classes()}
-        top = os.path.dirname(prealloc_backend.__file__)
         seen = 0
-        for directory, _dirs, files in os.walk(top):
-            for name in files:
-                if not name.endswith('.py'):
+        for path, tree in pb_fixtures.package_trees():
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and
+                        isinstance(node.func, ast.Attribute) and
+                        isinstance(node.func.value, ast.Name) and
+                        node.func.value.id == 'exception' and
+                        node.func.attr in by_name):
                     continue
-                path = os.path.join(directory, name)
-                with open(path) as f:
-                    tree = ast.parse(f.read(), path)
-                for node in ast.walk(tree):
-                    if not (isinstance(node, ast.Call) and
-                            isinstance(node.func, ast.Attribute) and
-                            isinstance(node.func.value, ast.Name) and
-                            node.func.value.id == 'exception' and
-                            node.func.attr in by_name):
-                        continue
-                    cls = by_name[node.func.attr]
-                    keys = {k for k, _c in KEY.findall(cls.msg_fmt)}
-                    for kw in node.keywords:
-                        if kw.arg is None or isinstance(
-                                getattr(cls, kw.arg, None), property):
-                            continue  # kept as an attribute (stdout)
-                        seen += 1
-                        self.assertIn(kw.arg, keys, '%s:%d %s(%s=...) is '
-                                      'not in its message' % (
-                                          path, node.lineno, cls.__name__,
-                                          kw.arg))
+                cls = by_name[node.func.attr]
+                keys = {k for k, _c in KEY.findall(cls.msg_fmt)}
+                for kw in node.keywords:
+                    if kw.arg is None or isinstance(
+                            getattr(cls, kw.arg, None), property):
+                        continue  # kept as an attribute (stdout)
+                    seen += 1
+                    self.assertIn(kw.arg, keys, '%s:%d %s(%s=...) is '
+                                  'not in its message' % (
+                                      path, node.lineno, cls.__name__,
+                                      kw.arg))
         self.assertGreater(seen, 50)
 
     def test_rebuilt_from_the_message_alone(self):

@@ -26,9 +26,9 @@ import fixtures
 from oslo_utils import units
 from oslotest import base
 
-import prealloc_backend
 from prealloc_backend import exception
 from prealloc_backend import process
+from tests import fixtures as pb_fixtures
 
 
 class ExecuteTestCase(base.BaseTestCase):
@@ -230,20 +230,12 @@ class OnlyRunnerTestCase(base.BaseTestCase):
         return found
 
     def test_no_other_runner(self):
-        root = os.path.dirname(prealloc_backend.__file__)
         found, checked = {}, 0
-        for directory, _dirs, files in os.walk(root):
-            for name in files:
-                if not name.endswith('.py'):
-                    continue
-                path = os.path.join(directory, name)
-                with open(path) as f:
-                    tree = ast.parse(f.read(), path)
-                checked += 1
-                rel = os.path.relpath(path, root)
-                runners = self.runners(tree)
-                if runners and rel != 'process.py':
-                    found[rel] = runners
+        for rel, tree in pb_fixtures.package_trees():
+            checked += 1
+            runners = self.runners(tree)
+            if runners and rel != 'process.py':
+                found[rel] = runners
         self.assertGreater(checked, 30)
         self.assertEqual({}, found)
 
