@@ -222,7 +222,7 @@ class _PreallocImage:
                 free=fs.free_bytes, directory=os.path.dirname(self.path))
         return plan
 
-    def _existing(self, fmt):
+    def _existing(self):
         """The ExistingDisk of this raw file as it is now."""
         st = os.stat(self.path)
         return policy.ExistingDisk(allocated_bytes=st.st_blocks * 512,
@@ -341,7 +341,7 @@ class _PreallocImage:
         failed for space, left thin.
         """
         existing = (None if created else
-                    self._existing(policy.DiskFormat.RAW))
+                    self._existing())
         size = os.stat(self.path).st_size
 
         def replan():
@@ -443,8 +443,8 @@ class _PreallocImage:
         ``self.plan``: what its guest XML says. nova builds the XML with
         an image object of its own, after the operation that made the
         disk: this is that object's operation. Only a qcow2 disk's layout
-        is read (``qemu-img info -f qcow2``), where it can have a
-        ``<metadata_cache>``.
+        is read (``qemu-img info -f qcow2``), and only where it can give a
+        ``<metadata_cache>`` or a ``<blockio>``.
         """
         self._new_operation(extra_specs or {})
         fmt = (policy.DiskFormat.QCOW2 if self.driver_format == 'qcow2'

@@ -189,15 +189,6 @@ def parse_bench(cmd, out):
     return float(match.group(1))
 
 
-def bench(opts, count, size, depth=16, offset=0, step=None, write=True,
-          flush_interval=None, timed=True, min_seconds=MIN_SECONDS):
-    """Seconds of the requests, by qemu-img bench's own timer (TooShort
-    under ``min_seconds`` when ``timed``).
-    """
-    return bench_timed(opts, count, size, depth, offset, step, write,
-                       flush_interval, timed, min_seconds).seconds
-
-
 def bench_timed(opts, count, size, depth=16, offset=0, step=None,
                 write=True, flush_interval=None, timed=True,
                 min_seconds=MIN_SECONDS):
@@ -251,18 +242,6 @@ def request_seconds(cmd, out, expected):
         raise ToolError(cmd, '%d request reports, %d expected' % (
             len(seconds), expected))
     return seconds
-
-
-def parse_io(cmd, out, expected):
-    """Sum of the seconds of each request qemu-io reported (``-C``)."""
-    return sum(request_seconds(cmd, out, expected))
-
-
-def qemu_io(opts, requests, op='read', min_seconds=MIN_SECONDS):
-    """Seconds the ``requests`` [(offset, length)] take in qemu-io, by
-    qemu-io's own per-request timer (TooShort under ``min_seconds``).
-    """
-    return qemu_io_timed(opts, requests, op, min_seconds).seconds
 
 
 def qemu_io_timed(opts, requests, op='read', min_seconds=MIN_SECONDS):

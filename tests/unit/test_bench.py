@@ -439,9 +439,11 @@ class ToolsTestCase(base.TestCase):
     def test_parse_io_sums_the_reported_times(self):
         out = ('qemu-io> 4096,1,0:00:00.00,143251844.857,50000.000\n'
                'qemu-io> 4096,1,0:00:00.00,143251844.857,25000.000\n')
-        self.assertAlmostEqual(0.00006, tools.parse_io(['x'], out, 2))
+        self.assertAlmostEqual(0.00006,
+                               sum(tools.request_seconds(['x'], out, 2)))
         # A request without its report is an error, not a faster run.
-        self.assertRaises(tools.ToolError, tools.parse_io, ['x'], out, 3)
+        self.assertRaises(tools.ToolError, tools.request_seconds, ['x'],
+                          out, 3)
 
     def test_real_runs(self):
         path = os.path.join(self.instances_path, 'disk.raw')
@@ -450,20 +452,21 @@ class ToolsTestCase(base.TestCase):
         opts = tools.image_opts(path, 'raw', 'native')
         # 256 writes of 64 KiB at queue depth 1 with a flush after each,
         # timed whatever their length (no floor).
-        seconds = tools.bench(opts, count=256, size=65536, depth=1,
-                              flush_interval=1, min_seconds=0.0)
+        seconds = tools.bench_timed(opts, count=256, size=65536, depth=1,
+                                    flush_interval=1,
+                                    min_seconds=0.0).seconds
         self.assertGreaterEqual(seconds, 0.0)
         with open(path, 'rb') as f:
             self.assertEqual(bytes([90]) * 65536, f.read(65536))
         # Two reads under a floor they cannot reach: refused, not reported.
-        exc = self.assertRaises(tools.TooShort, tools.qemu_io, opts,
+        exc = self.assertRaises(tools.TooShort, tools.qemu_io_timed, opts,
                                 [(0, 4096), (units.Mi, 4096)],
                                 min_seconds=3600.0)
         self.assertIn('too short to time honestly', str(exc))
         self.assertIn('under 3600.00 s', str(exc))
         # The same reads without a floor are timed.
-        self.assertGreater(tools.qemu_io(opts, [(0, 4096), (units.Mi, 4096)],
-                                         min_seconds=0.0), 0)
+        self.assertGreater(tools.qemu_io_timed(
+            opts, [(0, 4096), (units.Mi, 4096)], min_seconds=0.0).seconds, 0)
         tools.qemu_io_prepare(opts, [(units.Mi, 4096)])
         with open(path, 'rb') as f:
             f.seek(units.Mi)
