@@ -16,7 +16,8 @@ Each carries out a DiskPlan with qemu.py's commands and checks the result:
 an overlay is made into ``<path>.prealloc-tmp`` and renamed into place
 only once qemu-img reported success and its header says what was asked,
 so that a disk at ``path`` is always complete; a grown disk must report
-the size asked for.
+the size asked for. What qemu-img wrote (mode full's zeros) is dropped from
+the host's page cache once it is on disk (fileops.drop_page_cache).
 
 NOTE: not in qemu.py, which stays one thin wrapper per qemu-img verb; the
 steps that make one disk out of several commands, and the temporary file,
@@ -30,6 +31,7 @@ from oslo_log import log as logging
 from oslo_utils import fileutils
 
 from prealloc_backend import exception
+from prealloc_backend import fileops
 from prealloc_backend import journal
 from prealloc_backend import policy
 from prealloc_backend import qemu
@@ -59,6 +61,7 @@ def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
         qemu.create_overlay(tmp, virtual_size, base, base_fmt, plan,
                             timeout=timeout)
         qemu.check_overlay(tmp, virtual_size, base, plan)
+        fileops.drop_file_page_cache(tmp)
         os.rename(tmp, path)
     LOG.info('Created %(path)s: qcow2 overlay of %(base)s, %(size)d bytes, '
              'preallocation=%(prealloc)s, cluster_size=%(cluster)d, '
@@ -84,6 +87,7 @@ def grow(path, old_size, plan, timeout=None):
         raise exception.QemuImgOutputError(
             cmd='qemu-img resize', reason='it reported success but the '
             'virtual size is %d, not %d' % (grown, size), output=path)
+    fileops.drop_file_page_cache(path)
 
 
 def relayout_overlay(path, backing, backing_fmt, plan, timeout=None):
@@ -104,6 +108,7 @@ def relayout_overlay(path, backing, backing_fmt, plan, timeout=None):
         qemu.convert(path, 'qcow2', tmp, plan, backing_file=backing,
                      backing_fmt=backing_fmt, timeout=timeout or None)
         qemu.compare(path, tmp)
+        fileops.drop_file_page_cache(tmp)
         os.rename(tmp, path)
     LOG.info('Rewrote %(path)s with extended_l2, cluster_size=%(cluster)d'
              ' and preallocation=%(prealloc)s before growing it',

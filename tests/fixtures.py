@@ -19,7 +19,10 @@ test starts the real daemon.
 """
 
 import ast
+import ctypes
+import ctypes.util
 import hashlib
+import mmap
 import os
 import pwd
 import random
@@ -186,6 +189,38 @@ def hole_bytes(path):
         return fileops.hole_bytes(fd, 0, os.fstat(fd).st_size)
     finally:
         os.close(fd)
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                          ctypes.POINTER(ctypes.c_ubyte)]
+
+
+def cached_bytes(path):
+    """Bytes of the file at ``path`` in the host's page cache: mincore(2)
+    over a private mapping of it, which reads nothing in.
+    """
+    size = os.path.getsize(path)
+    if not size:
+        return 0
+    page = mmap.PAGESIZE
+    pages = (size + page - 1) // page
+    vec = (ctypes.c_ubyte * pages)()
+    with open(path, 'rb') as f:
+        mapped = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    try:
+        start = ctypes.c_char.from_buffer(mapped)
+        try:
+            failed = _libc.mincore(ctypes.addressof(start), size, vec)
+        finally:
+            del start
+        if failed:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+    finally:
+        mapped.close()
+    return page * sum(resident & 1 for resident in vec)
 
 
 def allocated(path):

@@ -23,8 +23,9 @@
   34: a plain 64 KiB-cluster overlay, plus ``fallocate -n`` for space);
 * ``raw-fallocated``: a raw file allocated with fallocate(2);
   ``raw-zero-written``: a raw file whose every block was written (zeros,
-  write(2) then fsync), the physical limit on this filesystem: no extent
-  is left unwritten; ``raw-sparse``: a bare truncate.
+  write(2), fsync, then dropped from the page cache), the physical limit
+  on this filesystem: no extent is left unwritten, no cached page to
+  invalidate; ``raw-sparse``: a bare truncate.
 
 Every variant is measured with the same QEMU settings (AIO, CACHE below);
 the plugin's ``<metadata_cache>`` (cache-size) is part of its layout and is
@@ -303,14 +304,15 @@ def make_disk(variant, instances_path, base_path, size,
 def _settle(path):
     """Write back what making a disk left dirty before any timed run.
 
-    NOTE: a disk's creation can leave dirty pages (qemu-img's zeros for
-    preallocation=full, the base copied for a raw disk, qcow2 metadata)
-    whose writeback would otherwise run during a later timed run, of
-    whichever variant it times. Every disk is settled the same way, after
-    its creation time was taken (nova does not wait for it). Measured
-    (2026-11-23, 4 KiB new-cluster writes): plugin full stays at 0.5-0.6x
-    a zero-written raw file with or without it, so writeback is not what
-    makes full slower there.
+    NOTE: a disk's creation can leave dirty pages (the base copied for a
+    raw disk, qcow2 metadata) whose writeback would otherwise run during a
+    later timed run, of whichever variant it times. Every disk is settled
+    the same way, after its creation time was taken (nova does not wait
+    for it). Clean pages stay where the disk's maker left them: cached
+    pages make every first O_DIRECT write over them slower (the kernel
+    invalidates them first), which is what the plugin's mode full avoids
+    by dropping its zeros (fileops.drop_page_cache) and what the rows
+    measure as made.
     """
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -321,10 +323,14 @@ def _settle(path):
 
 
 def _write_zeros(fd, size):
+    """Zeros over the whole file, on disk and out of the page cache: the
+    physical limit is a file a first O_DIRECT write finds written and
+    uncached (cached pages cost each such write an invalidation).
+    """
     zeros = bytes(BASE_BLOCK)
     for offset in range(0, size, BASE_BLOCK):
         os.write(fd, zeros[:min(BASE_BLOCK, size - offset)])
-    os.fsync(fd)
+    fileops.drop_page_cache(fd)
 
 
 def _make_raw_file(variant, instances_path, size):

@@ -21,6 +21,7 @@ from oslo_utils import units
 
 from prealloc_backend.bench import variants
 from tests import base
+from tests import fixtures as pb_fixtures
 
 
 class VariantTestCase(base.TestCase):
@@ -59,3 +60,14 @@ class VariantTestCase(base.TestCase):
         variants.make_base(path, 3 * units.Mi + 5)
         self.assertEqual(mtime, os.stat(path).st_mtime_ns)
         self.assertFalse(os.path.exists(path + '.part'))
+
+    def test_zero_written_reference_is_written_and_uncached(self):
+        # The physical limit: every block written, no cached page for a
+        # first O_DIRECT write to invalidate.
+        size = 4 * units.Mi + 5
+        disk = variants._make_raw_file(variants.RAW_ZERO,
+                                       self.instances_path, size)
+        self.assertEqual(size, os.path.getsize(disk.path))
+        self.assertGreaterEqual(pb_fixtures.allocated(disk.path), size)
+        self.assertEqual(0, pb_fixtures.hole_bytes(disk.path))
+        self.assertEqual(0, pb_fixtures.cached_bytes(disk.path))

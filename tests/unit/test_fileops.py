@@ -26,6 +26,7 @@ from oslo_utils import units
 from oslotest import base
 
 from prealloc_backend import fileops
+from tests import fixtures as pb_fixtures
 
 BLOCK = 64 * units.Ki
 
@@ -169,7 +170,36 @@ class OfdLockTestCase(FileCase):
         self.assertIn(exc.errno, (errno.EAGAIN, errno.EACCES))
 
 
+class DropPageCacheTestCase(FileCase):
+
+    def test_clean_and_dirty_pages_dropped_data_kept(self):
+        fd = self.sparse(8 * BLOCK, data_at=(0,))
+        # Dirty pages (no fsync since): written back first, then dropped.
+        os.pwrite(fd, b'\x5a' * BLOCK, 4 * BLOCK)
+        self.assertGreater(pb_fixtures.cached_bytes(self.path), 0)
+        fileops.drop_page_cache(fd)
+        self.assertEqual(0, pb_fixtures.cached_bytes(self.path))
+        self.assertEqual(b'\xa5' * BLOCK, os.pread(fd, BLOCK, 0))
+        self.assertEqual(b'\x5a' * BLOCK, os.pread(fd, BLOCK, 4 * BLOCK))
+        self.assertEqual(bytes(BLOCK), os.pread(fd, BLOCK, 2 * BLOCK))
+
+    def test_by_path(self):
+        self.sparse(4 * BLOCK, data_at=(BLOCK,))
+        self.assertGreater(pb_fixtures.cached_bytes(self.path), 0)
+        fileops.drop_file_page_cache(self.path)
+        self.assertEqual(0, pb_fixtures.cached_bytes(self.path))
+
+
 class ZeroFillTestCase(FileCase):
+
+    def test_written_zeros_leave_the_page_cache(self):
+        # A guest opens its disk with cache=none: cached zeros would only
+        # slow its first writes (each must invalidate them first).
+        size = 2 * fileops.ZERO_CHUNK
+        fd = self.sparse(size, data_at=(BLOCK,))
+        self.assertEqual(size - BLOCK, fileops.zero_fill(fd, 0, size))
+        self.assertEqual(0, pb_fixtures.cached_bytes(self.path))
+        self.assertEqual(b'\xa5' * BLOCK, os.pread(fd, BLOCK, BLOCK))
 
     def test_fills_holes_and_keeps_data(self):
         size = 3 * fileops.ZERO_CHUNK + 5 * BLOCK

@@ -85,6 +85,15 @@ class TestCreateOverlay(Qcow2TestCase):
         self.assertGreaterEqual(pb_fixtures.allocated(self.disk), size)
         self.assertFalse(os.path.exists(self.disk + journal.TMP_SUFFIX))
 
+    def test_full_overlay_s_zeros_leave_the_page_cache(self):
+        # qemu-img writes mode full's zeros through the page cache; a guest
+        # with cache=none would pay to invalidate them on its first writes.
+        size = 16 * units.Mi
+        qcow2.create_overlay(self.disk, size, self.base, 'raw',
+                             _plan(size, Prealloc.FULL))
+        self.assertGreaterEqual(pb_fixtures.allocated(self.disk), size)
+        self.assertEqual(0, pb_fixtures.cached_bytes(self.disk))
+
     def test_failure_leaves_nothing(self):
         self.assertRaises(exception.QemuImgError, qcow2.create_overlay,
                           self.disk, units.Mi,
@@ -105,6 +114,14 @@ class TestGrow(Qcow2TestCase):
                          pb_fixtures.qemu_img_info(self.disk)['virtual-size'])
         self.assertGreaterEqual(pb_fixtures.allocated(self.disk), size)
 
+    def test_grown_full_area_leaves_the_page_cache(self):
+        size = 16 * units.Mi
+        qcow2.create_overlay(self.disk, 4 * units.Mi, self.base, 'raw',
+                             _plan(4 * units.Mi, Prealloc.FULL))
+        qcow2.grow(self.disk, 4 * units.Mi, _plan(size, Prealloc.FULL))
+        self.assertGreaterEqual(pb_fixtures.allocated(self.disk), size)
+        self.assertEqual(0, pb_fixtures.cached_bytes(self.disk))
+
 
 class TestRelayoutOverlay(Qcow2TestCase):
 
@@ -124,6 +141,13 @@ class TestRelayoutOverlay(Qcow2TestCase):
         self.assertGreaterEqual(pb_fixtures.allocated(self.disk),
                                 8 * units.Mi)
         self.assertFalse(os.path.exists(self.disk + journal.TMP_SUFFIX))
+
+    def test_full_rewrite_leaves_the_page_cache(self):
+        self.stock_overlay()
+        self.assertTrue(qcow2.relayout_overlay(
+            self.disk, self.base, 'raw',
+            _plan(8 * units.Mi, Prealloc.FULL, cluster=128 * units.Ki)))
+        self.assertEqual(0, pb_fixtures.cached_bytes(self.disk))
 
     def test_comma_in_a_name_leaves_it_as_it_is(self):
         self.stock_overlay()
