@@ -16,8 +16,8 @@ Each carries out a DiskPlan with qemu.py's commands and checks the result:
 an overlay is made into ``<path>.prealloc-tmp`` and renamed into place
 only once qemu-img reported success and its header says what was asked,
 so that a disk at ``path`` is always complete; a grown disk must report
-the size asked for. What qemu-img wrote (mode full's zeros) is dropped from
-the host's page cache once it is on disk (fileops.drop_page_cache).
+the size asked for. The zeros of ``preallocation=full`` are dropped from
+the host's page cache once they are on disk (_drop_zeros).
 
 NOTE: not in qemu.py, which stays one thin wrapper per qemu-img verb; the
 steps that make one disk out of several commands, and the temporary file,
@@ -37,6 +37,18 @@ from prealloc_backend import policy
 from prealloc_backend import qemu
 
 LOG = logging.getLogger(__name__)
+
+
+def _drop_zeros(path, plan):
+    """After qemu-img wrote a ``preallocation=full`` disk through the page
+    cache: write it back and drop its pages (fileops.drop_page_cache), so
+    that a guest's first cache=none writes do not invalidate them first.
+    """
+    if plan.preallocation is not policy.Qcow2Preallocation.FULL:
+        return
+    if not fileops.drop_file_page_cache(path):
+        LOG.debug('%s: its pages could not be dropped from the page cache',
+                  path)
 
 
 def existing(path):
@@ -61,7 +73,7 @@ def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
         qemu.create_overlay(tmp, virtual_size, base, base_fmt, plan,
                             timeout=timeout)
         qemu.check_overlay(tmp, virtual_size, base, plan)
-        fileops.drop_file_page_cache(tmp)
+        _drop_zeros(tmp, plan)
         os.rename(tmp, path)
     LOG.info('Created %(path)s: qcow2 overlay of %(base)s, %(size)d bytes, '
              'preallocation=%(prealloc)s, cluster_size=%(cluster)d, '
@@ -87,7 +99,7 @@ def grow(path, old_size, plan, timeout=None):
         raise exception.QemuImgOutputError(
             cmd='qemu-img resize', reason='it reported success but the '
             'virtual size is %d, not %d' % (grown, size), output=path)
-    fileops.drop_file_page_cache(path)
+    _drop_zeros(path, plan)
 
 
 def relayout_overlay(path, backing, backing_fmt, plan, timeout=None):
@@ -108,7 +120,7 @@ def relayout_overlay(path, backing, backing_fmt, plan, timeout=None):
         qemu.convert(path, 'qcow2', tmp, plan, backing_file=backing,
                      backing_fmt=backing_fmt, timeout=timeout or None)
         qemu.compare(path, tmp)
-        fileops.drop_file_page_cache(tmp)
+        _drop_zeros(tmp, plan)
         os.rename(tmp, path)
     LOG.info('Rewrote %(path)s with extended_l2, cluster_size=%(cluster)d'
              ' and preallocation=%(prealloc)s before growing it',

@@ -223,6 +223,26 @@ def cached_bytes(path):
     return page * sum(resident & 1 for resident in vec)
 
 
+def skip_unless_pages_drop(test, directory):
+    """Skip ``test`` where the filesystem of ``directory`` keeps a file's
+    pages cached after POSIX_FADV_DONTNEED (tmpfs: its pages are the
+    file), so that a page-cache assertion cannot fail for that reason.
+    """
+    path = os.path.join(directory, '.pages-probe')
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, b'\xa5' * 65536)
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        left = cached_bytes(path)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    if left:
+        test.skipTest('%s keeps pages cached after POSIX_FADV_DONTNEED '
+                      '(tmpfs?): set TMPDIR to a disk filesystem' % directory)
+
+
 def allocated(path):
     return os.stat(path).st_blocks * 512
 

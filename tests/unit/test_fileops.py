@@ -172,6 +172,10 @@ class OfdLockTestCase(FileCase):
 
 class DropPageCacheTestCase(FileCase):
 
+    def setUp(self):
+        super().setUp()
+        pb_fixtures.skip_unless_pages_drop(self, self.dir)
+
     def test_clean_and_dirty_pages_dropped_data_kept(self):
         fd = self.sparse(8 * BLOCK, data_at=(0,))
         # Dirty pages (no fsync since): written back first, then dropped.
@@ -195,6 +199,7 @@ class ZeroFillTestCase(FileCase):
     def test_written_zeros_leave_the_page_cache(self):
         # A guest opens its disk with cache=none: cached zeros would only
         # slow its first writes (each must invalidate them first).
+        pb_fixtures.skip_unless_pages_drop(self, self.dir)
         size = 2 * fileops.ZERO_CHUNK
         fd = self.sparse(size, data_at=(BLOCK,))
         self.assertEqual(size - BLOCK, fileops.zero_fill(fd, 0, size))
