@@ -44,7 +44,7 @@ BEYOND_GROUP = engine.BEYOND_GROUP
 REFERENCE_HEADERS = {
     'raw-fallocated': 'x raw fallocated',
     'raw-zero-written': 'x raw zero-written',
-    'raw-sparse': 'x raw',
+    'raw-sparse': 'x raw sparse',
     'nova-none': 'x nova none',
     'nova-space': 'x nova space',
 }

@@ -404,6 +404,10 @@ class SequentialFirstWrites(_FirstWrites):
 class NewClusterWrites(_FirstWrites):
     name = 'new-cluster-write'
     title = '4 KiB writes, each into a new cluster, queue depth 16'
+    # The raw sparse file: the physical limit of a disk whose blocks are
+    # allocated by its first writes (mode metadata's data clusters).
+    extra_variants = (vs.RAW_SPARSE,)
+    references = _FirstWrites.references + ('raw-sparse',)
 
     def _cluster(self, bench, group):
         if group in (DEFAULT_GROUP, BEYOND_GROUP):

@@ -101,6 +101,28 @@ class BeyondTheBackingFileTestCase(BenchCase):
             self.assertNotIn('-o', w.pattern_text(bench, DEFAULT))
             self.assertIn(BEYOND, w.describe(bench))
 
+    def test_new_cluster_writes_against_a_sparse_raw_file(self):
+        # Mode metadata's data clusters are thin: its physical limit is a
+        # raw file whose blocks its first writes allocate, a row of its own
+        # over the backing data and beyond it, with the ratio to it.
+        # The fewest writes timed, 128 KiB apart.
+        size = workloads.MIN_NEW_CLUSTER_WRITES * 128 * units.Ki
+        bench = self.bench(dataclasses.replace(
+            TINY, beyond_eof=(workloads.NewClusterWrites.name,),
+            write_disk=size, write_base=size,
+            new_cluster_writes=workloads.MIN_NEW_CLUSTER_WRITES))
+        out = bench.run_workload(workloads.NewClusterWrites())
+        report.add_ratios(out)
+        rows = {(c['variant'], c['group']): c for c in out['cases']}
+        for group in (DEFAULT, BEYOND):
+            sparse = rows[('raw-sparse', group)]
+            self.assertIsNone(sparse['error'], sparse)
+            self.assertEqual(0, sparse['extra']['allocated']['median'])
+            self.assertIn('raw-sparse',
+                          rows[('plugin-metadata', group)]['ratios'])
+        text = '\n'.join(report.workload_lines(out, 1))
+        self.assertIn('x raw sparse', text)
+
     def test_a_run_can_leave_them_out(self):
         bench = self.bench(dataclasses.replace(engine.DEFAULT,
                                                beyond_eof=()))
