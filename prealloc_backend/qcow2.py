@@ -138,6 +138,9 @@ def convert_raw(path, plan, timeout=None):
     try:
         qemu.convert(path, 'raw', tmp, plan, uncached=True,
                      timeout=timeout or None, path=path)
+        # NOTE: -t none keeps the copied data out of the page cache, not
+        # the zeros of preallocation=full, written when the file is made.
+        _drop_zeros(tmp, plan)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

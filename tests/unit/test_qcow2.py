@@ -205,6 +205,17 @@ class TestConvertRaw(Qcow2TestCase):
                                 8 * units.Mi)
         self.assertFalse(os.path.exists(self.disk + '_qcow'))
 
+    def test_full_conversion_leaves_the_page_cache(self):
+        # qemu-img convert -t none still writes preallocation=full's zeros
+        # through the page cache when it makes the file.
+        pb_fixtures.skip_unless_pages_drop(self, self.instances_path)
+        pb_fixtures.write_pattern(self.disk, 16 * units.Mi, seed=7)
+        src_sha = pb_fixtures.guest_sha(self.disk)
+        qcow2.convert_raw(self.disk, _plan(16 * units.Mi, Prealloc.FULL,
+                                           cluster=128 * units.Ki))
+        self.assertEqual(0, pb_fixtures.cached_bytes(self.disk))
+        self.assertEqual(src_sha, pb_fixtures.guest_sha(self.disk))
+
     def test_failure_leaves_the_raw_disk(self):
         pb_fixtures.write_pattern(self.disk, units.Mi, seed=7)
         before = pb_fixtures.sha256_of(self.disk)
