@@ -249,15 +249,17 @@ class PreallocRemakeTest(PreallocHostTest):
         server = self.boot(self.flavor(**{'prealloc:mode': 'full'}))
         host = self.host_of(server)
         path = host.disk_path(server['id'])
-        inode = host.run(['stat', '-c', '%i', path]).stdout.strip()
+        # The inode number and the birth time (nanoseconds): the rebuild
+        # frees the old disk's inode, which the new file may be given.
+        identity = ['stat', '-c', '%i %w', path]
+        before = host.run(identity).stdout.strip()
         self.servers_client.rebuild_server(server['id'],
                                            CONF.compute.image_ref_alt)
         waiters.wait_for_server_status(self.servers_client, server['id'],
                                        'ACTIVE')
         # A new file (from the other image), fully allocated again.
-        self.assertNotEqual(
-            inode, host.run(['stat', '-c', '%i', path]).stdout.strip(),
-            'the rebuild kept %s' % path)
+        self.assertNotEqual(before, host.run(identity).stdout.strip(),
+                            'the rebuild kept %s' % path)
         self.assert_disk(self.admin_view(server['id']), 'full', GiB)
 
 
