@@ -557,8 +557,7 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
         def create_overlay():
             qcow2.create_overlay(self.path, virtual_size, base,
                                  base_info.file_format, plan,
-                                 timeout=self._opts.allocation_timeout,
-                                 base_size=base_info.virtual_size)
+                                 timeout=self._opts.allocation_timeout)
 
         create_overlay()
 

@@ -19,12 +19,6 @@ so that a disk at ``path`` is always complete; a grown disk must report
 the size asked for. The zeros of ``preallocation=full`` are dropped from
 the host's page cache once they are on disk (_drop_zeros).
 
-Mode full writes its zeros beyond the backing file's end through qcow2
-(_full_beyond): ``qemu-img create`` and ``resize`` with
-``preallocation=full`` write them under qcow2, which then still marks
-those subclusters unallocated (``qemu-img map``: present false, zero
-true), so each first guest write there took qcow2's allocation path.
-
 NOTE: not in qemu.py, which stays one thin wrapper per qemu-img verb; the
 steps that make one disk out of several commands, and the temporary file,
 are here.
@@ -57,59 +51,6 @@ def _drop_zeros(path, plan):
                   path)
 
 
-class _Deadline:
-    """``[prealloc_backend] allocation_timeout`` over the several commands
-    that make one disk.
-    """
-
-    def __init__(self, timeout, path):
-        self.timeout = timeout or None
-        self.path = path
-        self.end = time.monotonic() + timeout if timeout else None
-
-    def left(self):
-        """Seconds left (None: no limit); AllocationTimeout when none."""
-        if self.end is None:
-            return None
-        left = self.end - time.monotonic()
-        if left <= 0:
-            raise exception.AllocationTimeout(path=self.path,
-                                              timeout=self.timeout)
-        return left
-
-
-def _full_beyond(plan):
-    """Whether ``plan`` writes zeros beyond a given offset through qcow2
-    (_write_beyond) rather than under it: mode full, with extended_l2.
-    """
-    return (plan.preallocation is policy.Qcow2Preallocation.FULL and
-            bool(plan.extended_l2))
-
-
-def _write_beyond(path, start, size, deadline):
-    """Grow the qcow2 image ``path``, whose virtual size is ``start``, to
-    ``size`` the way mode full wants: ``preallocation=metadata`` places
-    the clusters, then zeros written through qcow2 (qemu.write_zeros)
-    make every subcluster of ``[start, size)`` allocated and dense.
-
-    ``start`` is read back from the image before anything is written, so
-    that no byte before it (a guest's, or a backing file's) is written over.
-    """
-    found = qemu.info(path, 'qcow2')['virtual-size']
-    if found != start:
-        raise exception.QemuImgOutputError(
-            cmd='qemu-img info', reason='the virtual size is %d, not %d: '
-            'nothing written' % (found, start), output=path)
-    qemu.resize(path, 'qcow2', size, policy.Qcow2Preallocation.METADATA,
-                timeout=deadline.left())
-    grown = qemu.info(path, 'qcow2')['virtual-size']
-    if grown != -(-size // 512) * 512:
-        raise exception.QemuImgOutputError(
-            cmd='qemu-img resize', reason='it reported success but the '
-            'virtual size is %d, not %d' % (grown, size), output=path)
-    qemu.write_zeros(path, start, grown - start, timeout=deadline.left())
-
-
 def existing(path):
     """(ExistingDisk, qemu-img info) of the qcow2 disk at ``path``."""
     st = os.stat(path)
@@ -122,27 +63,15 @@ def existing(path):
         extended_l2=bool(data.get('extended-l2', False))), info
 
 
-def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None,
-                   base_size=None):
+def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
     """Make ``path`` a qcow2 overlay of ``base`` laid out as ``plan`` says,
     through a temporary file renamed into place when complete.
-
-    Mode full with ``base_size`` (the backing file's virtual size) below
-    ``virtual_size``: the overlay is made at ``base_size`` with
-    ``preallocation=full``, then grown by _write_beyond, whose zeros go
-    through qcow2 and past the page cache.
     """
     tmp = path + journal.TMP_SUFFIX
     started = time.monotonic()
-    deadline = _Deadline(timeout, path)
-    # qemu-img rounds sizes up to whole 512-byte sectors.
-    start = -(-(base_size or 0) // 512) * 512
-    beyond = (_full_beyond(plan) and 0 < start < -(-virtual_size // 512) * 512)
     with fileutils.remove_path_on_error(tmp):
-        qemu.create_overlay(tmp, start if beyond else virtual_size,
-                            base, base_fmt, plan, timeout=deadline.left())
-        if beyond:
-            _write_beyond(tmp, start, virtual_size, deadline)
+        qemu.create_overlay(tmp, virtual_size, base, base_fmt, plan,
+                            timeout=timeout)
         qemu.check_overlay(tmp, virtual_size, base, plan)
         _drop_zeros(tmp, plan)
         os.rename(tmp, path)
@@ -164,11 +93,6 @@ def grow(path, old_size, plan, timeout=None):
              'preallocation=%(prealloc)s',
              {'path': path, 'old': old_size, 'new': size,
               'prealloc': plan.preallocation.value})
-    if _full_beyond(plan):
-        # Mode full: the new area's zeros through qcow2 (_write_beyond).
-        _write_beyond(path, old_size, size, _Deadline(timeout, path))
-        _drop_zeros(path, plan)
-        return
     qemu.resize(path, 'qcow2', size, plan.preallocation, timeout=timeout)
     grown = qemu.info(path, 'qcow2')['virtual-size']
     if grown < size:
@@ -211,18 +135,11 @@ def convert_raw(path, plan, timeout=None):
     for it, renamed into place when complete).
     """
     tmp = path + '_qcow'
-    full = plan.preallocation is policy.Qcow2Preallocation.FULL
     try:
-        # Mode full: every byte written once, past the page cache (-t
-        # none), and every subcluster allocated (-S 0). preallocation=full
-        # would write its zeros through the cache, then leave the raw
-        # disk's zero areas unallocated (qemu-img map: present false).
         qemu.convert(path, 'raw', tmp, plan, uncached=True,
-                     timeout=timeout or None, path=path,
-                     preallocation=(policy.Qcow2Preallocation.METADATA
-                                    if full else None),
-                     fully_allocated=full)
-        # The metadata preallocation= writes when it makes the file.
+                     timeout=timeout or None, path=path)
+        # NOTE: -t none keeps the copied data out of the page cache, not
+        # the zeros of preallocation=full, written when the file is made.
         _drop_zeros(tmp, plan)
     except BaseException:
         if os.path.exists(tmp):

@@ -185,50 +185,24 @@ def resize(path, fmt, size, preallocation, timeout=None):
 
 
 def convert(src, src_fmt, dst, layout, backing_file=None, backing_fmt=None,
-            uncached=False, timeout=None, path=None, preallocation=None,
-            fully_allocated=False):
+            uncached=False, timeout=None, path=None):
     """``qemu-img convert`` of ``src`` (format ``src_fmt``) into a new qcow2
     file ``dst`` with ``layout`` (a DiskPlan: cluster_size, extended_l2,
-    preallocation, unless ``preallocation`` overrides it): a standalone
-    disk, or with ``backing_file`` (format ``backing_fmt``) an overlay
-    holding only what ``src`` does not read from it (``-B``). ``uncached``:
-    ``-t none``, written past the host's page cache. ``fully_allocated``:
-    ``-S 0``, zeros written as data, so that every subcluster is allocated.
-    ``path`` names the disk a timeout fails (default ``dst``).
+    preallocation): a standalone disk, or with ``backing_file`` (format
+    ``backing_fmt``) an overlay holding only what ``src`` does not read
+    from it (``-B``). ``uncached``: ``-t none``, written past the host's
+    page cache. ``path`` names the disk a timeout fails (default ``dst``).
     """
-    preallocation = preallocation or layout.preallocation
     args = ['convert']
     if uncached:
         args += ['-t', 'none']
-    if fully_allocated:
-        args += ['-S', '0']
     args += ['-f', src_fmt, '-O', 'qcow2']
     if backing_file is not None:
         args += ['-B', backing_file, '-F', backing_fmt]
     args += ['-o', 'cluster_size=%d,extended_l2=%s,preallocation=%s' % (
         layout.cluster_size, 'on' if layout.extended_l2 else 'off',
-        preallocation.value), src, dst]
+        layout.preallocation.value), src, dst]
     execute(*args, heavy=True, timeout=timeout, path=path or dst)
-
-
-def write_zeros(path, offset, length, timeout=None):
-    """Write zeros as data through the qcow2 image ``path`` over ``[offset,
-    offset + length)``, past the host's page cache, so that every
-    subcluster there is allocated: ``qemu-img convert -n -S 0`` (-S 0: "the
-    destination image will always be fully allocated") from QEMU's null
-    driver into a raw window (``offset``, ``size``) on the image. Where a
-    subcluster holds both the window and backing data, qcow2 copies the
-    backing data into it first, as for any guest write.
-    """
-    window = ','.join([
-        'driver=raw', 'offset=%d' % offset, 'size=%d' % length,
-        'cache.direct=on', 'file.driver=qcow2', 'file.file.driver=file',
-        # QemuOpts syntax: ',,' is a literal comma.
-        'file.file.filename=%s' % path.replace(',', ',,')])
-    execute('convert', '-n', '-S', '0', '--image-opts',
-            'driver=null-co,size=%d,read-zeroes=on' % length,
-            '--target-image-opts', window, heavy=True, timeout=timeout,
-            path=path)
 
 
 def compare(first, second, path=None):

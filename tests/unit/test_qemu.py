@@ -174,38 +174,3 @@ class TestCreateOverlay(base.TestCase):
             units.Mi, '/x,y', 'raw', _Layout())
         self.assertIn("'/x,y'", str(exc))
         self.assertFalse(os.path.exists(path))
-
-
-class TestWriteZeros(base.TestCase):
-
-    def _qcow2(self, name):
-        """A thin qcow2 image of 4 MiB, 0x6b over its first 2 MiB."""
-        directory = os.path.join(self.instances_path, 'a,b')
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, name)
-        subprocess.run(['qemu-img', 'create', '-f', 'qcow2', path,
-                        str(4 * units.Mi)], check=True, capture_output=True)
-        subprocess.run(['qemu-io', '-f', 'qcow2', '-c',
-                        'write -P 0x6b 0 2M', path], check=True,
-                       capture_output=True)
-        return path
-
-    def _read(self, path, *commands):
-        args = ['qemu-io', '-f', 'qcow2']
-        for command in commands:
-            args += ['-c', command]
-        return subprocess.run(args + [path], check=True, capture_output=True,
-                              text=True).stdout
-
-    def test_only_the_window_written_and_allocated(self):
-        # The path holds a comma (QemuOpts would split it unescaped).
-        path = self._qcow2('disk')
-        qemu.write_zeros(path, 2 * units.Mi + 512, units.Mi - 512)
-        out = self._read(path, 'read -P 0x6b 0 2M',
-                         'read -P 0 2M %d' % (2 * units.Mi))
-        self.assertNotIn('verification failed', out)
-        # Allocated: the window, not what follows it.
-        out = self._read(path, 'map')
-        self.assertIn('3 MiB (0x300000) bytes     allocated at offset 0',
-                      out)
-        self.assertIn('not allocated at offset 3 MiB', out)
