@@ -52,9 +52,9 @@ CONF = conf.CONF
 
 def overlay_images_type():
     """True when the instance disks of this host are qcow2 overlays."""
-    images_type = CONF.libvirt.images_type
-    return images_type == 'qcow2' or (images_type == 'default' and
-                                      CONF.use_cow_images)
+    return policy.host_disk_format(
+        CONF.libvirt.images_type,
+        CONF.use_cow_images) is policy.DiskFormat.QCOW2
 
 
 def shares_instance_disks(migrate_data):

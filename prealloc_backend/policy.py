@@ -165,6 +165,20 @@ class DiskPlan:
         return self.mode is Mode.NONE
 
 
+def host_disk_format(images_type, use_cow_images):
+    """DiskFormat of the instance disks nova makes on a host with these
+    ``[libvirt] images_type`` and ``[DEFAULT] use_cow_images``: qcow2
+    overlays, raw files, or None where they are not files the plugin
+    handles (rbd, lvm, ploop).
+    """
+    if images_type == 'qcow2' or (images_type == 'default' and
+                                  use_cow_images):
+        return DiskFormat.QCOW2
+    if images_type in ('raw', 'flat', 'default'):
+        return DiskFormat.RAW
+    return None
+
+
 def guest_discard(mode, fmt, nova_discard, choice):
     """The ``<driver discard=...>`` of a disk: ``nova_discard`` (nova's
     ``[libvirt] hw_disk_discard``, None when unset) unless a guest's

@@ -79,13 +79,8 @@ class Host:
         """policy.DiskFormat of new instance disks, or None when they are
         not files the plugin handles (rbd, lvm, ploop).
         """
-        images_type = self.conf.libvirt.images_type
-        if images_type == 'qcow2' or (images_type == 'default' and
-                                      self.conf.use_cow_images):
-            return policy.DiskFormat.QCOW2
-        if images_type in ('raw', 'flat', 'default'):
-            return policy.DiskFormat.RAW
-        return None
+        return policy.host_disk_format(self.conf.libvirt.images_type,
+                                       self.conf.use_cow_images)
 
     def filesystem(self):
         """Facts about the filesystem holding instances_path, measured on

@@ -447,3 +447,21 @@ class TestDiskAsIs(base.TestCase):
             plan = policy.disk_as_is(opts, mode, fmt, existing)
             self.assertIsNone(plan.metadata_cache_bytes)
             self.assertIs(mode, plan.mode)
+
+
+class TestHostDiskFormat(base.TestCase):
+
+    def test_agrees_with_nova_s_image_backends(self):
+        # The format is nova's choice of image backend class, asked of
+        # nova itself for every images_type it knows.
+        from nova.virt.libvirt import imagebackend
+        formats = {imagebackend.Qcow2: policy.DiskFormat.QCOW2,
+                   imagebackend.Flat: policy.DiskFormat.RAW}
+        for use_cow in (True, False):
+            backends = imagebackend.Backend(use_cow).BACKEND
+            self.assertEqual({'raw', 'flat', 'qcow2', 'lvm', 'rbd', 'ploop',
+                              'default'}, set(backends))
+            for images_type, cls in backends.items():
+                self.assertIs(formats.get(cls),
+                              policy.host_disk_format(images_type, use_cow),
+                              (images_type, use_cow))
