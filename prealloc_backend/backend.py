@@ -450,10 +450,7 @@ class _PreallocImage:
         fmt = (policy.DiskFormat.QCOW2 if self.driver_format == 'qcow2'
                else policy.DiskFormat.RAW)
         existing = None
-        if (self.prealloc_mode is not modes.Mode.NONE and
-                fmt is policy.DiskFormat.QCOW2 and
-                (self._opts.qcow2_l2_cache == 'full-coverage' or
-                 self._opts.advertise_physical_block_size) and
+        if (policy.layout_shown(self._opts, self.prealloc_mode, fmt) and
                 os.path.exists(self.path)):
             try:
                 existing, _info = qcow2.existing(self.path)

@@ -467,6 +467,17 @@ def make_plan(opts, extra_specs, host_mode, fmt, virtual_size, fs,
     return _left_thin(plan, fs, existing)
 
 
+def layout_shown(opts, mode, fmt):
+    """Whether the guest XML of a disk of this Mode and DiskFormat depends
+    on its layout as it is (disk_as_is's ``existing``): a qcow2 disk of a
+    preallocating mode, where ``<metadata_cache>`` or ``<blockio>`` is on.
+    Elsewhere the layout need not be read.
+    """
+    return (DiskFormat(fmt) is DiskFormat.QCOW2 and mode.preallocates and
+            (opts.qcow2_l2_cache == 'full-coverage' or
+             opts.advertise_physical_block_size))
+
+
 def disk_as_is(opts, mode, fmt, existing=None):
     """The plan of a disk as it is, for its guest XML: nothing to allocate
     or change. ``mode`` is the disk's Mode (modes.disk_mode), ``fmt`` its
@@ -488,7 +499,8 @@ def disk_as_is(opts, mode, fmt, existing=None):
         extended_l2=existing.extended_l2 if existing else None,
         needed_bytes=0, metadata_cache_bytes=cache, warning=None,
         existing=existing is not None,
-        physical_block_size=physical_block_size(opts, mode, existing))
+        physical_block_size=physical_block_size(
+            opts, mode, existing if fmt is DiskFormat.QCOW2 else None))
 
 
 def _to_allocate(needed, fmt, virtual_size, preallocation, cluster,

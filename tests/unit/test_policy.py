@@ -25,6 +25,7 @@ import fixtures
 from oslo_utils import units
 import testscenarios
 
+from prealloc_backend import conf
 from prealloc_backend import exception
 from prealloc_backend.modes import Mode
 from prealloc_backend import policy
@@ -447,6 +448,33 @@ class TestDiskAsIs(base.TestCase):
             plan = policy.disk_as_is(opts, mode, fmt, existing)
             self.assertIsNone(plan.metadata_cache_bytes)
             self.assertIs(mode, plan.mode)
+
+    def test_layout_read_only_where_the_xml_shows_it(self):
+        # layout_shown (backend._plan_as_is reads the disk only where it
+        # says so) agrees with what disk_as_is does with a layout: a 512
+        # GiB disk of 128K ext-L2 clusters gets both a <metadata_cache>
+        # and a <blockio> where they are on.
+        existing = policy.ExistingDisk(allocated_bytes=0,
+                                       virtual_size=512 * units.Gi,
+                                       cluster_size=128 * units.Ki,
+                                       extended_l2=True)
+        for cache, _help in conf.L2_CACHE_CHOICES:
+            for advertise in (True, False):
+                self.flags(group='prealloc_backend', qcow2_l2_cache=cache,
+                           advertise_physical_block_size=advertise)
+                opts = base.CONF.prealloc_backend
+                for mode in Mode:
+                    for fmt in DiskFormat:
+                        shown = [(plan.metadata_cache_bytes,
+                                  plan.physical_block_size)
+                                 for plan in (
+                                     policy.disk_as_is(opts, mode, fmt,
+                                                       existing),
+                                     policy.disk_as_is(opts, mode, fmt))]
+                        self.assertEqual(
+                            shown[0] != shown[1],
+                            policy.layout_shown(opts, mode, fmt),
+                            (cache, advertise, mode, fmt, shown))
 
 
 class TestHostDiskFormat(base.TestCase):
