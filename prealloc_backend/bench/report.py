@@ -116,14 +116,26 @@ def _why_missing(case, name):
     return '%s has no sample' % name
 
 
+def _meets(value, op, bound):
+    return value >= bound if op == '>=' else value <= bound
+
+
 def _target(name, op, bound, value=None, why=None, spread=None):
+    """A judged target. ``decided``: True when every repetition's paired
+    ratio falls on the same side of the bound as the median, False when
+    they fall on both sides (this run does not decide it), None with one
+    repetition or no value.
+    """
     out = {'name': name, 'value': value, 'target': bound, 'op': op,
-           'met': None, 'why': why}
+           'met': None, 'why': why, 'decided': None}
     if spread:
         out.update(min=spread.get('min'), max=spread.get('max'),
                    n=spread.get('n'))
     if value is not None:
-        out['met'] = value >= bound if op == '>=' else value <= bound
+        out['met'] = _meets(value, op, bound)
+        if (out.get('n') or 0) > 1:
+            out['decided'] = (_meets(out['min'], op, bound) ==
+                              _meets(out['max'], op, bound))
     return out
 
 
@@ -174,7 +186,7 @@ def _where(group):
 
 def targets(workloads):
     """Every target judged on this run: a list of
-    {name, value, target, op, met, why, min, max, n}.
+    {name, value, target, op, met, decided, why, min, max, n}.
     """
     out = []
     new_cluster = workloads.get('new-cluster-write')
@@ -432,18 +444,29 @@ def target_lines(targets, quick=False):
     lines = ['Targets (median of the paired ratios [min-max]%s)'
              % ('; a --quick run is indicative only: small disks'
                 if quick else '')]
+    counts = {}
     for target in targets:
         if target['met'] is None:
             status, figure = 'n/a', target['why']
         else:
             status = 'met' if target['met'] else 'MISSED'
+            if target.get('decided') is False:
+                status += '?'
             # Three decimals: 0.949 must not read as a missed 0.95.
             figure = '%.3f' % target['value']
             if target.get('n', 0) > 1:
                 figure += ' [%.3f-%.3f]' % (target['min'], target['max'])
             figure += ' (%s %s)' % (target['op'], target['target'])
-        lines.append('  [%s] %s: %s' % (status.ljust(6), target['name'],
+        counts[status] = counts.get(status, 0) + 1
+        lines.append('  [%s] %s: %s' % (status.ljust(7), target['name'],
                                         figure))
+    lines.append('  %s' % ', '.join(
+        '%d %s' % (counts[status], status)
+        for status in ('met', 'met?', 'MISSED', 'MISSED?', 'n/a')
+        if counts.get(status)))
+    if counts.get('met?') or counts.get('MISSED?'):
+        lines.append('  ?: the repetitions fall on both sides of the bound; '
+                     'this run does not decide it (more --reps would)')
     return lines
 
 

@@ -198,6 +198,10 @@ def writes(name, none=0.97, full=0.97, metadata=0.95, space=0.95,
     return workload(name, rows, default_groups=default_groups)
 
 
+def _target_of(target):
+    return target['met'], target['decided']
+
+
 class TargetTestCase(base.TestCase):
 
     def judged(self, workload_list):
@@ -266,6 +270,37 @@ class TargetTestCase(base.TestCase):
         self.assertEqual((1.5, '<=', 2.0, True),
                          (t['value'], t['op'], t['target'], t['met']))
 
+    def test_a_target_the_repetitions_straddle_is_undecided(self):
+        # Against raw fallocated (100, 200, 100): metadata's paired ratios
+        # 0.90, 0.97, 1.00 meet 0.95 on the median with one repetition
+        # below it (undecided); space's 0.96 in every repetition does not.
+        wl = writes('seq-write', space=0.96)
+        wl['cases'] = [c for c in wl['cases']
+                       if c['variant'] != 'plugin-metadata']
+        wl['cases'].append(case('plugin-metadata', [90.0, 194.0, 100.0]))
+        out = report.finalize(result([wl]))['targets']
+        judged = {t['name']: t for t in out}
+        t = judged['64K sequential first writes: plugin metadata / raw '
+                   'fallocated']
+        self.assertEqual((True, False), (t['met'], t['decided']))
+        t = judged['64K sequential first writes: plugin space / raw '
+                   'fallocated']
+        self.assertEqual((True, True), (t['met'], t['decided']))
+        lines = report.target_lines(out)
+        self.assertIn('  [met?   ] 64K sequential first writes: plugin '
+                      'metadata / raw fallocated: 0.970 [0.900-1.000] '
+                      '(>= 0.95)', lines)
+        self.assertIn('  [met    ] 64K sequential first writes: plugin '
+                      'space / raw fallocated: 0.960 [0.960-0.960] '
+                      '(>= 0.95)', lines)
+        self.assertTrue(any(line.startswith('  ?: the repetitions fall')
+                            for line in lines))
+        # One repetition decides nothing either way: no '?'.
+        one = _target_of(report._target('x', '>=', 0.95, value=0.9,
+                                         spread={'min': 0.9, 'max': 0.9,
+                                                 'n': 1}))
+        self.assertEqual((False, None), one)
+
     def test_unmeasured_targets_say_why(self):
         targets = self.judged([writes('seq-write')])
         t = targets['creating a 1 TiB metadata disk: seconds (median)']
@@ -333,10 +368,10 @@ class TargetTestCase(base.TestCase):
     def test_target_lines(self):
         lines = report.target_lines(report.finalize(result([
             writes('seq-write', space=0.9)]))['targets'])
-        self.assertIn('  [MISSED] 64K sequential first writes: plugin space '
+        self.assertIn('  [MISSED ] 64K sequential first writes: plugin space '
                       '/ raw fallocated: 0.900 [0.900-0.900] (>= 0.95)',
                       lines)
-        self.assertIn('  [n/a   ] creating a 1 TiB metadata disk: seconds '
+        self.assertIn('  [n/a    ] creating a 1 TiB metadata disk: seconds '
                       '(median): workload create not run', lines)
 
 
