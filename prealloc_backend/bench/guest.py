@@ -930,13 +930,14 @@ def _run_guest(cmd, timeout, console_path):
 
 def run_write_test(disk, disk_format, mib=64, guest=None, accel=None,
                    cache='none', aio='threads', cache_size=None,
-                   timeout=None, workdir=None):
+                   timeout=None, workdir=None, block_sizes=None):
     """Boot the guest on ``disk`` with plain QEMU and have it write ``mib``
     MiB from the start of the disk with O_DIRECT.
 
     ``accel`` defaults to :func:`accelerator` (KVM when usable). ``aio``
     mirrors nova's ``driver_io`` (``native`` when nova preallocates,
-    ``threads`` otherwise); ``cache_size`` mirrors ``<metadata_cache>``.
+    ``threads`` otherwise); ``cache_size`` mirrors ``<metadata_cache>``,
+    ``block_sizes`` (logical, physical) ``<blockio>``.
     Returns a :class:`WriteResult`; raises :class:`GuestError`.
     """
     guest = guest or build_guest()
@@ -947,7 +948,7 @@ def run_write_test(disk, disk_format, mib=64, guest=None, accel=None,
     cmd = qemu_command(guest, disk, disk_format,
                        kernel_cmdline(ACTION_WRITE, mib), accel,
                        console_path, cache=cache, aio=aio,
-                       cache_size=cache_size)
+                       cache_size=cache_size, block_sizes=block_sizes)
     LOG.debug('Running %s', ' '.join(cmd))
     try:
         _run_guest(cmd, timeout, console_path)

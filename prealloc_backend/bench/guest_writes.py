@@ -73,10 +73,11 @@ class GuestWrites(workloads._FirstWrites):
 
     def engine_text(self, bench):
         return ('qemu-system-x86_64 (accelerator: %s), virtio disk with '
-                'cache=%s and aio=%s for every variant, busybox dd of %d MiB '
-                'with oflag=direct from the start of the disk, timed inside '
-                'the guest' % (self._accel or 'none', vs.CACHE, vs.AIO,
-                               self._mib(bench)))
+                'cache=%s and aio=%s for every variant and the block sizes '
+                'of its guest XML (<blockio>), busybox dd of %d MiB with '
+                'oflag=direct from the start of the disk, timed inside the '
+                'guest' % (self._accel or 'none', vs.CACHE, vs.AIO,
+                           self._mib(bench)))
 
     def measure(self, bench, case, rep):
         cfg = bench.config
@@ -89,7 +90,8 @@ class GuestWrites(workloads._FirstWrites):
             result = guest.run_write_test(
                 disk.path, disk.fmt, mib=self._mib(bench),
                 guest=self._guest, accel=self._accel, aio=vs.AIO,
-                cache_size=disk.cache_size, workdir=bench.workdir)
+                cache_size=disk.cache_size, workdir=bench.workdir,
+                block_sizes=disk.block_sizes)
         finally:
             disk.remove()
         return engine.Sample(result.mib_per_s,

@@ -135,6 +135,8 @@ class Disk:
     extended_l2: bool | None
     libvirt_io: str | None       # what nova would tell libvirt (io=)
     workdir: str                 # removed with the disk
+    # (logical, physical) of the guest XML's <blockio>, or None (QEMU's).
+    block_sizes: tuple | None = None
 
     @property
     def allocated(self):
@@ -295,10 +297,15 @@ def make_disk(variant, instances_path, base_path, size,
         cluster = qinfo.get('cluster-size')
         extended = bool(qinfo.get('format-specific', {}).get(
             'data', {}).get('extended-l2', False))
+    block_sizes = None
+    if getattr(info, 'physical_block_size', None):
+        block_sizes = (int(getattr(info, 'logical_block_size', None) or 512),
+                       int(info.physical_block_size))
     return Disk(variant=variant, path=image.path, fmt=image.driver_format,
                 create_seconds=seconds, cache_size=cache_size,
                 cluster_size=cluster, extended_l2=extended,
-                libvirt_io=info.driver_io, workdir=workdir)
+                libvirt_io=info.driver_io, workdir=workdir,
+                block_sizes=block_sizes)
 
 
 def _settle(path):

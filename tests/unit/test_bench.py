@@ -261,14 +261,45 @@ class TargetTestCase(base.TestCase):
         self.assertFalse(t['met'])
         self.assertEqual((0.85, 0.95, 3), (round(t['min'], 3),
                                            round(t['max'], 3), t['n']))
+        # 0.85, 0.85, 0.95 against 0.9: missed on the median, undecided.
+        self.assertIs(False, t['decided'])
         t = targets['random 4K reads over written data, 1 TiB, warm '
                     'metadata cache: plugin space / raw']
         self.assertIsNone(t['met'])
+        self.assertIsNone(t['decided'])
         self.assertIsNone(t['value'])
         self.assertIn('plugin-space skipped: cannot be reserved', t['why'])
         t = targets['creating a 1 TiB metadata disk: seconds (median)']
         self.assertEqual((1.5, '<=', 2.0, True),
                          (t['value'], t['op'], t['target'], t['met']))
+        # An upper bound: 1.0, 1.5, 2.5 s against <= 2.0: met, undecided.
+        self.assertIs(False, t['decided'])
+
+    def test_median_interval(self):
+        # Distribution-free: (x(k), x(n+1-k)) holds the median with
+        # probability 1 - 2 P(Binomial(n, 1/2) < k), at least 0.75 here.
+        self.assertIsNone(report.median_interval([1.0, 2.0]))
+        self.assertIsNone(report.median_interval([1.0, None, 2.0]))
+        self.assertEqual((1.0, 3.0), report.median_interval([3.0, 1.0, 2.0]))
+        five = [5.0, 1.0, 4.0, 2.0, 3.0]
+        # (x2, x4) of 5 holds it with 0.625 only.
+        self.assertEqual((1.0, 5.0), report.median_interval(five))
+        self.assertEqual((2.0, 4.0), report.median_interval(five, 0.6))
+        self.assertEqual((2.0, 6.0), report.median_interval(
+            [7.0, 1.0, 6.0, 2.0, 5.0, 3.0, 4.0]))
+        self.assertEqual((3.0, 8.0), report.median_interval(
+            [float(v) for v in range(1, 11)]))
+
+    def test_seven_repetitions_decide_past_one_outlier(self):
+        # 0.90 once, 0.96-1.00 six times against 0.95: (x2, x6) of 7 lies
+        # above the bound, where (min, max) would not.
+        target = report._target('t', '>=', 0.95, value=0.97, spread={
+            'min': 0.9, 'max': 1.0, 'n': 7,
+            'samples': [0.9, 0.96, 0.97, 0.97, 0.98, 0.99, 1.0]})
+        self.assertEqual((True, True), _target_of(target))
+        target = report._target('t', '>=', 0.95, value=0.97, spread={
+            'min': 0.9, 'max': 1.0, 'n': 3, 'samples': [0.9, 0.97, 1.0]})
+        self.assertEqual((True, False), _target_of(target))
 
     def test_a_target_the_repetitions_straddle_is_undecided(self):
         # Against raw fallocated (100, 200, 100): metadata's paired ratios
@@ -293,7 +324,9 @@ class TargetTestCase(base.TestCase):
         self.assertIn('  [met    ] 64K sequential first writes: plugin '
                       'space / raw fallocated: 0.960 [0.960-0.960] '
                       '(>= 0.95)', lines)
-        self.assertTrue(any(line.startswith('  ?: the repetitions fall')
+        self.assertIn('  3 met, 1 met?, 5 n/a', lines)
+        self.assertTrue(any(line.startswith('  ?: the 75% confidence '
+                                            'interval of the median spans')
                             for line in lines))
         # One repetition decides nothing either way: no '?'.
         one = _target_of(report._target('x', '>=', 0.95, value=0.9,
@@ -373,6 +406,7 @@ class TargetTestCase(base.TestCase):
                       lines)
         self.assertIn('  [n/a    ] creating a 1 TiB metadata disk: seconds '
                       '(median): workload create not run', lines)
+        self.assertEqual('  3 met, 1 MISSED, 5 n/a', lines[-1])
 
 
 class TableTestCase(base.TestCase):
@@ -570,6 +604,9 @@ class VariantsTestCase(base.TestCase):
                                              64 * units.Mi))
         # Whatever nova would tell libvirt, QEMU opens every variant alike.
         self.assertIn('file.aio=native,cache.direct=on', disk.opts())
+        # 128K clusters, 4K subclusters: the guest XML's <blockio>, which
+        # the in-guest workload gives its guest.
+        self.assertEqual((512, 4096), disk.block_sizes)
 
     def test_opt_in_cluster_size(self):
         asked = variants.PLUGIN_METADATA.with_cluster('512K')
@@ -587,6 +624,7 @@ class VariantsTestCase(base.TestCase):
         self.assertLess(os.path.getsize(disk.path), units.Mi)
         self.assertGreaterEqual(disk.allocated, 64 * units.Mi)
         self.assertIsNone(disk.cache_size)
+        self.assertIsNone(disk.block_sizes)
 
     def test_raw_references(self):
         # 64 MiB of data blocks; ext4 counts its extent-tree blocks in

@@ -210,6 +210,22 @@ class BlockioTestCase(base.TestCase):
         self.assertNotIn('-device', cmd)
         self.assertNotIn('-trace', cmd)
 
+    def test_write_test_boots_with_the_block_sizes(self):
+        # run_write_test hands block_sizes to the command line it runs
+        # (the boot itself is mocked: the real tier boots guests).
+        ran = []
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.bench.guest._run_guest',
+            lambda cmd, timeout, console: ran.append(cmd)))
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.bench.guest.write_result',
+            lambda text, accel, runner: 'result'))
+        self.assertEqual('result', guest.run_write_test(
+            '/d', 'qcow2', guest=self.guest, accel='tcg',
+            workdir=self.instances_path, block_sizes=(512, 4096)))
+        self.assertIn('virtio-blk-pci,drive=disk0,logical_block_size=512,'
+                      'physical_block_size=4096', ran[0])
+
     def test_parse_write_trace(self):
         # QEMU 7.2's log backend, with and without its pid@time prefix.
         text = '\n'.join([

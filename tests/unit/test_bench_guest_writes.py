@@ -23,14 +23,19 @@ from oslo_utils import units
 from prealloc_backend.bench import engine
 from prealloc_backend.bench import guest
 from prealloc_backend.bench import guest_writes
+from prealloc_backend.bench import variants
 from tests import base
 
 
 class FakeBench:
     """Only the config the workload reads (no disk is made here)."""
 
-    def __init__(self, config):
+    def __init__(self, config, workdir=None):
         self.config = config
+        self.workdir = workdir
+
+    def base(self, size):
+        return '/base'
 
 
 class GuestWritesTestCase(base.TestCase):
@@ -59,3 +64,32 @@ class GuestWritesTestCase(base.TestCase):
         w.setup(FakeBench(engine.QUICK))
         self.assertEqual('no guest can run here: no kernel here',
                          w.unmeasurable(None))
+
+    def test_the_guest_sees_the_disk_s_blockio(self):
+        # What the guest XML's <blockio> says reaches the booted guest.
+        # Booting is mocked here: it needs a kernel and qemu-system (the
+        # real boot with block sizes: test_bench_guest, the real tier).
+        calls = []
+
+        def run_write_test(path, fmt, **kwargs):
+            calls.append(kwargs)
+            return guest.WriteResult(mib=32, seconds=1.0, accel='tcg',
+                                     runner=guest.RUNNER_QEMU)
+
+        workdir = self.useFixture(fixtures.TempDir()).path
+        disk = variants.Disk(
+            variant=variants.PLUGIN_SPACE, path='/d', fmt='qcow2',
+            create_seconds=0.1, cache_size=None, cluster_size=128 * units.Ki,
+            extended_l2=True, libvirt_io='native', workdir=workdir,
+            block_sizes=(512, 4096))
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.bench.variants.make_disk',
+            lambda *args, **kwargs: disk))
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.bench.guest.run_write_test', run_write_test))
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.bench.variants.Disk.allocated', 0))
+        case = engine.Case(variant=variants.PLUGIN_SPACE, group='default')
+        w = guest_writes.GuestWrites()
+        w.measure(FakeBench(engine.QUICK, workdir), case, 0)
+        self.assertEqual((512, 4096), calls[0]['block_sizes'])
