@@ -486,8 +486,10 @@ def disk_as_is(opts, mode, fmt, existing=None):
     unless the mode is none, and its ``<blockio>`` (physical_block_size).
     """
     fmt = DiskFormat(fmt)
+    if fmt is not DiskFormat.QCOW2:
+        existing = None   # only a qcow2 disk's layout is ever read
     cache = None
-    if existing is not None and fmt is DiskFormat.QCOW2 and mode.preallocates:
+    if existing is not None and mode.preallocates:
         cache = metadata_cache_for(opts, existing.virtual_size,
                                    existing.cluster_size,
                                    existing.extended_l2)
@@ -499,8 +501,7 @@ def disk_as_is(opts, mode, fmt, existing=None):
         extended_l2=existing.extended_l2 if existing else None,
         needed_bytes=0, metadata_cache_bytes=cache, warning=None,
         existing=existing is not None,
-        physical_block_size=physical_block_size(
-            opts, mode, existing if fmt is DiskFormat.QCOW2 else None))
+        physical_block_size=physical_block_size(opts, mode, existing))
 
 
 def _to_allocate(needed, fmt, virtual_size, preallocation, cluster,
