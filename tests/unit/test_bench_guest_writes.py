@@ -66,9 +66,10 @@ class GuestWritesTestCase(base.TestCase):
                          w.unmeasurable(None))
 
     def test_the_guest_sees_the_disk_s_blockio(self):
-        # What the guest XML's <blockio> says reaches the booted guest.
-        # Booting is mocked here: it needs a kernel and qemu-system (the
-        # real boot with block sizes: test_bench_guest, the real tier).
+        # What the guest XML's <blockio> says reaches the guest's runner.
+        # Booting is mocked here: it needs a kernel and qemu-system. The
+        # command line run_write_test makes of it is checked in
+        # test_bench_guest; no test boots this workload's guest with it.
         calls = []
 
         def run_write_test(path, fmt, **kwargs):
