@@ -5,6 +5,10 @@ Every run in this clone's .stestr repository is counted (tools/run-tests
 clears it first, so that is every tier of one run). Exits 1 when a test
 failed or when no test passed besides the tiers' prerequisites checks
 (a run that executed no test is a failure).
+
+Each failed test is named, with its tier and the end of its traceback,
+just before the closing line: CI may keep only the end of a run's output,
+and a test that failed there must be found from it alone.
 """
 import glob
 import os
@@ -13,6 +17,8 @@ import subprocess
 import sys
 
 PREREQ_TEST = r'\.Prerequisites\.test_prerequisites'
+# Lines of each failed test's traceback printed before the closing line.
+TRACEBACK_LINES = 15
 
 
 def _tool(name):
@@ -38,11 +44,16 @@ def main(argv):
     totals = {'passed': 0, 'failed': 0, 'skipped': 0}
     stestr, stats = _tool('stestr'), _tool('subunit-stats')
     filter_ = _tool('subunit-filter')
+    to_text = _tool('subunit2pyunit')
+    env_of = {}
+    for arg in argv:
+        env, _, rest = arg.partition('=')
+        env_of[rest.partition(':')[2]] = env
     ids = []
     if os.path.isdir('.stestr'):
         ids = sorted(int(name) for name in os.listdir('.stestr')
                      if name.isdigit())
-    if ids and not (stestr and stats and filter_):
+    if ids and not (stestr and stats and filter_ and to_text):
         print('summary: no tox env with stestr and subunit tools in .tox',
               file=sys.stderr)
         ids = []
@@ -55,6 +66,14 @@ def main(argv):
         for key in totals:
             totals[key] += counts[key]
         failed_in[run_id] = counts['failed']
+        if counts['failed']:
+            failures = subprocess.run(
+                [filter_, '--only-genuine-failures', '--no-passthrough'],
+                input=stream, capture_output=True).stdout
+            _print_failures(env_of.get(str(run_id), 'run %d' % run_id),
+                            subprocess.run([to_text, '--no-passthrough'],
+                                           input=failures,
+                                           capture_output=True).stderr)
         # Each tier's prerequisites test passes whenever the machine has
         # what the tier needs: it is no proof that a test ran.
         others = subprocess.run(
@@ -79,6 +98,33 @@ def main(argv):
     print('%(passed)d passed, %(failed)d failed, %(skipped)d skipped'
           % totals, flush=True)
     return 1 if totals['failed'] or not real_passed else 0
+
+
+def _print_failures(env, text):
+    """Name each failed test of ``text`` (subunit2pyunit's report) with
+    ``env`` and the last TRACEBACK_LINES lines of its traceback.
+    """
+    lines = text.decode(errors='replace').splitlines()
+    for start, line in enumerate(lines):
+        match = re.match(r'(FAIL|ERROR): (\S+)$', line)
+        if not match:
+            continue
+        print('summary: %s FAILED in tier %s:' % (match.group(2), env),
+              flush=True)
+        # The traceback: from its last 'Traceback' line before the next
+        # test's report (log attachments come first) to the blank line
+        # that ends it.
+        end = next((i for i in range(start + 1, len(lines))
+                    if re.match(r'(FAIL|ERROR): |={20,}$|-{20,}$', lines[i])
+                    and i > start + 2), len(lines))
+        body = lines[start + 1:end]
+        tb = max((i for i, text in enumerate(body) if 'Traceback (most '
+                  'recent call last)' in text), default=0)
+        body = body[tb:]
+        while body and not body[-1].strip():
+            body.pop()
+        for text in body[-TRACEBACK_LINES:]:
+            print('    ' + text, flush=True)
 
 
 def _counts(stats, stream):
