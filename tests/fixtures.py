@@ -260,6 +260,31 @@ def write_conf(path, sections):
     return path
 
 
+class StatvfsSeen(fixtures.Fixture):
+    """Records what ``os.fstatvfs`` answers (without changing it):
+    ``self.seen``, one ``os.statvfs_result`` per call.
+
+    A free-space figure is checked against the answer the code got, never
+    against a second statvfs: the unit tier runs tests in two processes,
+    and the other one makes and removes GiBs of files on the same
+    filesystem meanwhile (such a comparison failed by 4 GiB).
+    """
+
+    def _setUp(self):
+        self.seen = []
+        real_fstatvfs = os.fstatvfs
+
+        def fstatvfs(fd):
+            self.seen.append(real_fstatvfs(fd))
+            return self.seen[-1]
+        self.useFixture(fixtures.MonkeyPatch('os.fstatvfs', fstatvfs))
+
+    def free_bytes(self):
+        """f_bavail * f_frsize of the one answer seen."""
+        (vfs,) = self.seen
+        return vfs.f_bavail * vfs.f_frsize
+
+
 class CheckHost(fixtures.Fixture):
     """``prealloc-backend check``'s Host of a real nova.conf.
 

@@ -32,9 +32,13 @@ class CommandRunTestCase(base.TestCase):
     def test_one_workload_paired(self):
         out_json = os.path.join(self.instances_path, 'bench.json')
         directory = os.path.join(self.instances_path, 'here')
+        # The default sizes, not --quick's: flush-4k's 8192 writes take
+        # about 0.5 s and more here, ten times the floor under which a
+        # timed run is not shown (--quick's 1024 took 0.06 s at best, and
+        # a faster host would have had rows refused as too short).
         proc = subprocess.run(
             [sys.executable, '-m', 'prealloc_backend.cmd.main', 'bench',
-             '--quick', '--reps', '2', '--only', 'flush-4k',
+             '--reps', '2', '--only', 'flush-4k',
              '--write-size', '16M', '--dir', directory, '--json', out_json],
             capture_output=True, text=True, timeout=600)
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
@@ -45,6 +49,8 @@ class CommandRunTestCase(base.TestCase):
             data = json.load(f)
         self.assertEqual(engine.SCHEMA_VERSION, data['schema'])
         self.assertEqual(2, data['config']['reps'])
+        self.assertEqual(engine.DEFAULT.flush_writes,
+                         data['config']['flush_writes'])
         self.assertEqual(('native', 'none'), (data['host']['aio'],
                                               data['host']['cache']))
         (w,) = data['workloads']

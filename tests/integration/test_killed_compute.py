@@ -166,20 +166,23 @@ class KilledTestCase(base.FaultBase):
         """nova's own copy of the base, killed part-way: without the
         journal the next spawn would find a disk and keep it, truncated.
         """
-        # Large enough to catch cp part-way (it copies about 3 GB/s here).
-        self._source(128 * units.Mi)
+        # Large enough to catch cp part-way: it copies about 3 GB/s here,
+        # so 512 MiB leave the poll about 170 ms between its first
+        # sighting and the copy's end (128 MiB, 40 ms, was too short for a
+        # poll kept off the CPU of a loaded 2-vCPU machine).
+        self._source(512 * units.Mi)
         self._prefetch()
         instance = self.make_instance()
         disk = self.disk_path(instance)
-        proc = self._child(instance, 'raw', 'full', 160 * units.Mi)
+        proc = self._child(instance, 'raw', 'full', 544 * units.Mi)
         self._freeze_at(lambda: os.path.exists(disk) and
                         os.path.getsize(disk) > 4 * units.Mi,
                         'the copy', proc)
         self._kill_child(proc)
         partial = os.path.getsize(disk)
-        self.assertLess(partial, 128 * units.Mi, 'not killed part-way')
+        self.assertLess(partial, 512 * units.Mi, 'not killed part-way')
         self.assertTrue(os.path.exists(disk + backend.JOURNAL_SUFFIX))
-        self._assert_recovered(instance, 'raw', 'full', 160 * units.Mi)
+        self._assert_recovered(instance, 'raw', 'full', 544 * units.Mi)
 
     def test_zero_fill_killed(self):
         self._source(8 * units.Mi)

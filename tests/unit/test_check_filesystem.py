@@ -13,9 +13,10 @@
 """The filesystem checks on the test's real temporary filesystem.
 
 fallocate(2) support and the type are read here independently (the
-fallocate command, findmnt); free space is compared with statvfs, and a
-disk larger than the filesystem stands for a full one. Filesystems without
-fallocate(2) and really full ones need loop mounts: tests/privileged.
+fallocate command, findmnt); free space is checked against what statvfs
+answered the check, and a disk larger than the filesystem stands for a full
+one. Filesystems without fallocate(2) and really full ones need loop
+mounts: tests/privileged.
 """
 
 import json
@@ -27,6 +28,7 @@ from oslo_utils import units
 from prealloc_backend.checks import filesystem
 from prealloc_backend.checks import result
 from tests import base
+from tests import fixtures as pb_fixtures
 
 
 def findmnt_fstype(path):
@@ -72,16 +74,18 @@ class TestFilesystem(FilesystemCase):
 class TestFreeSpace(FilesystemCase):
 
     def test_room(self):
-        res = filesystem.check_free_space(self.host(images_type='raw'))
+        host = self.host(images_type='raw')
+        with pb_fixtures.StatvfsSeen() as statvfs:
+            res = filesystem.check_free_space(host)
         self.assertEqual(result.Code.SUCCESS, res.code, res.details)
         # Mode space, raw, fallocate(2): the whole disk is allocated.
         self.assertEqual(64 * units.Mi, res.facts['needed_bytes'])
         self.assertEqual(64 * units.Mi, res.facts['disk_bytes'])
         self.assertEqual('raw, fallocate', res.facts['allocation'])
-        vfs = os.statvfs(self.instances)
-        # Others write to this filesystem meanwhile: roughly equal.
-        self.assertAlmostEqual(vfs.f_bavail * vfs.f_frsize,
-                               res.facts['free_bytes'], delta=512 * units.Mi)
+        # The free space of the instances filesystem, as measured.
+        self.assertEqual(os.statvfs(self.instances).f_fsid,
+                         statvfs.seen[0].f_fsid)
+        self.assertEqual(statvfs.free_bytes(), res.facts['free_bytes'])
         self.assertIn('room for', res.details)
 
     def test_qcow2_falloc_needs_what_qemu_img_measures(self):

@@ -16,7 +16,6 @@ nova.conf and the real filesystem of a temporary instances_path.
 
 import os
 
-import fixtures
 from oslo_utils import units
 
 from prealloc_backend.checks import host as check_host
@@ -24,6 +23,7 @@ from prealloc_backend import fsprobe
 from prealloc_backend import modes
 from prealloc_backend import policy
 from tests import base
+from tests import fixtures as pb_fixtures
 
 
 class HostTestCase(base.CheckTestCase):
@@ -48,17 +48,7 @@ class HostTestCase(base.CheckTestCase):
 
     def test_filesystem_facts_measured_once(self):
         host = self.check_host(self.nova_conf())
-        # What fstatvfs answered, seen (not changed): the free space is
-        # checked against that answer, since other tests running beside
-        # this one make and remove GiBs of files (a comparison with a
-        # second statvfs failed here by 4 GiB).
-        seen = []
-        real_fstatvfs = os.fstatvfs
-
-        def fstatvfs(fd):
-            seen.append(real_fstatvfs(fd))
-            return seen[-1]
-        with fixtures.MonkeyPatch('os.fstatvfs', fstatvfs):
+        with pb_fixtures.StatvfsSeen() as statvfs:
             fs = host.filesystem()
         vfs = os.statvfs(self.instances)
         self.assertEqual(self.instances, fs['instances_path'])
@@ -67,10 +57,9 @@ class HostTestCase(base.CheckTestCase):
         self.assertEqual(fsprobe.supports_fallocate(self.instances),
                          fs['fallocate'])
         # f_bavail * f_frsize, measured on the instances filesystem.
-        self.assertEqual(1, len(seen))
-        self.assertEqual(vfs.f_fsid, seen[0].f_fsid)
-        self.assertEqual(seen[0].f_bavail * seen[0].f_frsize,
-                         fs['free_bytes'])
+        self.assertEqual(1, len(statvfs.seen))
+        self.assertEqual(vfs.f_fsid, statvfs.seen[0].f_fsid)
+        self.assertEqual(statvfs.free_bytes(), fs['free_bytes'])
         self.assertIs(fs, host.filesystem())
         # The probe leaves nothing behind in instances_path.
         self.assertEqual([], os.listdir(self.instances))
