@@ -17,8 +17,17 @@ import subprocess
 import sys
 
 PREREQ_TEST = r'\.Prerequisites\.test_prerequisites'
-# Lines of each failed test's traceback printed before the closing line.
+# Before the closing line: the last TRACEBACK_LINES lines of the traceback
+# of each of the first SHOWN failed tests of a tier, each line cut to
+# LINE_CHARS characters (an assertion on megabytes of data makes one line
+# of megabytes), then the names of the others, up to NAMED in all.
 TRACEBACK_LINES = 15
+SHOWN = 10
+NAMED = 50
+LINE_CHARS = 300
+# unittest's separators in subunit2pyunit's report.
+SEPARATOR1 = '=' * 70
+SEPARATOR2 = '-' * 70
 
 
 def _tool(name):
@@ -41,6 +50,9 @@ def main(argv):
     counts as one failed test, so that the closing line agrees with the
     exit status.
     """
+    # What a test printed may not be this locale's: never a reason to
+    # lose the closing line.
+    sys.stdout.reconfigure(errors='backslashreplace')
     totals = {'passed': 0, 'failed': 0, 'skipped': 0}
     stestr, stats = _tool('stestr'), _tool('subunit-stats')
     filter_ = _tool('subunit-filter')
@@ -53,7 +65,7 @@ def main(argv):
     if os.path.isdir('.stestr'):
         ids = sorted(int(name) for name in os.listdir('.stestr')
                      if name.isdigit())
-    if ids and not (stestr and stats and filter_ and to_text):
+    if ids and not (stestr and stats and filter_):
         print('summary: no tox env with stestr and subunit tools in .tox',
               file=sys.stderr)
         ids = []
@@ -67,13 +79,8 @@ def main(argv):
             totals[key] += counts[key]
         failed_in[run_id] = counts['failed']
         if counts['failed']:
-            failures = subprocess.run(
-                [filter_, '--only-genuine-failures', '--no-passthrough'],
-                input=stream, capture_output=True).stdout
             _print_failures(env_of.get(str(run_id), 'run %d' % run_id),
-                            subprocess.run([to_text, '--no-passthrough'],
-                                           input=failures,
-                                           capture_output=True).stderr)
+                            counts['failed'], filter_, to_text, stream)
         # Each tier's prerequisites test passes whenever the machine has
         # what the tier needs: it is no proof that a test ran.
         others = subprocess.run(
@@ -100,31 +107,65 @@ def main(argv):
     return 1 if totals['failed'] or not real_passed else 0
 
 
-def _print_failures(env, text):
-    """Name each failed test of ``text`` (subunit2pyunit's report) with
-    ``env`` and the last TRACEBACK_LINES lines of its traceback.
+def _print_failures(env, failed, filter_, to_text, stream):
+    """Name the ``failed`` tests of a tier's subunit ``stream``, with
+    ``env`` and the end of their tracebacks (subunit2pyunit's report).
     """
-    lines = text.decode(errors='replace').splitlines()
-    for start, line in enumerate(lines):
-        match = re.match(r'(FAIL|ERROR): (\S+)$', line)
-        if not match:
+    reports = []
+    if to_text:
+        failures = subprocess.run(
+            [filter_, '--only-genuine-failures', '--no-passthrough'],
+            input=stream, capture_output=True).stdout
+        reports = _reports(subprocess.run(
+            [to_text, '--no-passthrough'], input=failures,
+            capture_output=True).stderr.decode(errors='replace'))
+    for index, (test_id, body) in enumerate(reports[:NAMED]):
+        print('summary: %s FAILED in tier %s%s' % (
+            test_id[:LINE_CHARS], env, ':' if index < SHOWN else ''),
+            flush=True)
+        if index >= SHOWN:
             continue
-        print('summary: %s FAILED in tier %s:' % (match.group(2), env),
-              flush=True)
-        # The traceback: from its last 'Traceback' line before the next
-        # test's report (log attachments come first) to the blank line
-        # that ends it.
-        end = next((i for i in range(start + 1, len(lines))
-                    if re.match(r'(FAIL|ERROR): |={20,}$|-{20,}$', lines[i])
-                    and i > start + 2), len(lines))
-        body = lines[start + 1:end]
-        tb = max((i for i, text in enumerate(body) if 'Traceback (most '
-                  'recent call last)' in text), default=0)
+        # The traceback: from its last 'Traceback' line (the test's log
+        # and output come first), or the whole report without one (a
+        # timeout, a crashed worker).
+        tb = max((i for i, text in enumerate(body)
+                  if 'Traceback (most recent call last)' in text), default=0)
         body = body[tb:]
         while body and not body[-1].strip():
             body.pop()
         for text in body[-TRACEBACK_LINES:]:
+            if len(text) > LINE_CHARS:
+                text = text[:LINE_CHARS] + ' [%d characters cut]' % (
+                    len(text) - LINE_CHARS)
             print('    ' + text, flush=True)
+    if failed > min(len(reports), NAMED):
+        print('summary: %d more failed in tier %s: its log names them'
+              % (failed - min(len(reports), NAMED), env), flush=True)
+
+
+def _reports(text):
+    """[(test id, report lines)] of unittest's error list in ``text``:
+    each report is SEPARATOR1, 'FAIL: <id>' or 'ERROR: <id>' (an id may
+    have spaces: 'setUpClass (module.Class)'), the description, SEPARATOR2,
+    then the error up to the next report or to SEPARATOR2 and 'Ran N
+    tests'.
+    """
+    lines = text.splitlines()
+    starts = [i for i in range(len(lines) - 1)
+              if lines[i] == SEPARATOR1 and
+              re.match(r'(FAIL|ERROR): .', lines[i + 1])]
+    reports = []
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        if n + 1 == len(starts):
+            end = next((i for i in range(start + 2, len(lines) - 1)
+                        if lines[i] == SEPARATOR2 and
+                        lines[i + 1].startswith('Ran ')), end)
+        body_at = next((i + 1 for i in range(start + 2, end)
+                        if lines[i] == SEPARATOR2), start + 2)
+        reports.append((lines[start + 1].split(': ', 1)[1],
+                        lines[body_at:end]))
+    return reports
 
 
 def _counts(stats, stream):

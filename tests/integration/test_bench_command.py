@@ -35,11 +35,12 @@ class CommandRunTestCase(base.TestCase):
         # The default sizes, not --quick's: flush-4k's 8192 writes take
         # about 0.5 s and more here, ten times the floor under which a
         # timed run is not shown (--quick's 1024 took 0.06 s at best, and
-        # a faster host would have had rows refused as too short).
+        # a faster host would have had rows refused as too short). 32M:
+        # the disk those 8192 x 4 KiB writes fill once.
         proc = subprocess.run(
             [sys.executable, '-m', 'prealloc_backend.cmd.main', 'bench',
              '--reps', '2', '--only', 'flush-4k',
-             '--write-size', '16M', '--dir', directory, '--json', out_json],
+             '--write-size', '32M', '--dir', directory, '--json', out_json],
             capture_output=True, text=True, timeout=600)
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
         self.assertNotIn('Traceback', proc.stderr)

@@ -48,16 +48,42 @@ SAMPLE = textwrap.dedent('''\
 
         def test_errors(self):
             raise RuntimeError('an error in the test')
+
+        def test_long_line(self):
+            self.assertEqual(b'', b'x' * 100000)
+
+
+    class Broken(testtools.TestCase):
+        @classmethod
+        def setUpClass(cls):
+            raise RuntimeError('the class could not be set up')
+
+        def test_never_runs(self):
+            pass
+    ''')
+
+
+MANY = textwrap.dedent('''\
+    import testtools
+
+
+    class Many(testtools.TestCase):
+        pass
+
+
+    for n in range(%d):
+        setattr(Many, 'test_%%02d' %% n,
+                lambda self, n=n: self.fail('failure %%d' %% n))
     ''')
 
 
 class SummaryTestCase(base.TestCase):
 
-    def _run(self, *tiers):
-        """Run the sample tests with stestr, then summary.py with
-        ``tiers`` (ENV=EXIT_CODE:RUN_ID), in a directory of its own whose
-        .tox/py3 is this tier's virtualenv (summary.py takes its stestr
-        and subunit tools from there).
+    def _run(self, *tiers, many=0):
+        """Run the sample tests (and ``many`` more failing ones) with
+        stestr, then summary.py with ``tiers`` (ENV=EXIT_CODE:RUN_ID), in
+        a directory of its own whose .tox/py3 is this tier's virtualenv
+        (summary.py takes its stestr and subunit tools from there).
         """
         top = self.instances_path
         os.makedirs(os.path.join(top, 'sample'))
@@ -65,6 +91,10 @@ class SummaryTestCase(base.TestCase):
             pass
         with open(os.path.join(top, 'sample', 'test_sample.py'), 'w') as f:
             f.write(SAMPLE)
+        if many:
+            with open(os.path.join(top, 'sample', 'test_many.py'),
+                      'w') as f:
+                f.write(MANY % many)
         with open(os.path.join(top, '.stestr.conf'), 'w') as f:
             f.write('[DEFAULT]\ntest_path=./sample\ntop_dir=./\n')
         os.makedirs(os.path.join(top, '.tox'))
@@ -80,23 +110,31 @@ class SummaryTestCase(base.TestCase):
             timeout=120)
 
     def test_failed_tests_named_before_the_closing_line(self):
-        proc = self._run('py3=1:0')
+        proc = self._run('pep8=0:none', 'py3=1:0')
         self.assertEqual(1, proc.returncode, proc.stderr)
         lines = proc.stdout.splitlines()
-        self.assertEqual('1 passed, 2 failed, 1 skipped', lines[-1])
+        self.assertEqual('1 passed, 4 failed, 1 skipped', lines[-1])
         out = '\n'.join(lines[:-1])
-        failed = [line for line in lines if 'FAILED in tier' in line]
+        named = sorted(line for line in lines if 'FAILED in tier' in line)
         self.assertEqual(
             ['summary: sample.test_sample.Sample.test_errors FAILED in '
              'tier py3:',
              'summary: sample.test_sample.Sample.test_fails FAILED in '
-             'tier py3:'], sorted(failed))
+             'tier py3:',
+             'summary: sample.test_sample.Sample.test_long_line FAILED in '
+             'tier py3:',
+             'summary: setUpClass (sample.test_sample.Broken) FAILED in '
+             'tier py3:'], named)
         # Each with the end of its own traceback, not its log.
-        self.assertIn("1 != 2: the cause of the failure", out)
-        self.assertIn("RuntimeError: an error in the test", out)
+        self.assertIn('1 != 2: the cause of the failure', out)
+        self.assertIn('RuntimeError: an error in the test', out)
+        self.assertIn('RuntimeError: the class could not be set up', out)
         self.assertNotIn('a log line', out)
         self.assertNotIn('test_passes', out)
         self.assertNotIn('test_skipped', out)
+        # The line of 100000 characters is cut.
+        self.assertLess(max(len(line) for line in lines), 400)
+        self.assertIn('characters cut]', out)
         # The traceback lines come right after the test that raised them.
         fails = lines.index('summary: sample.test_sample.Sample.test_fails '
                             'FAILED in tier py3:')
@@ -106,6 +144,29 @@ class SummaryTestCase(base.TestCase):
                       '\n'.join(lines[fails:nxt]))
 
     def test_tier_named_by_its_run_id(self):
-        proc = self._run('pep8=0:none', 'functional=1:0')
+        proc = self._run('pep8=0:none', 'docs=0:none', 'functional=1:0')
         self.assertIn('Sample.test_fails FAILED in tier functional:',
                       proc.stdout)
+
+    def test_tier_failed_outside_its_tests(self):
+        """pep8 (no stestr run) failed, then py3's tests: both counted."""
+        proc = self._run('pep8=1:none', 'py3=1:0')
+        self.assertEqual(1, proc.returncode)
+        self.assertEqual('1 passed, 5 failed, 1 skipped',
+                         proc.stdout.splitlines()[-1])
+        self.assertIn('tox env pep8 failed (exit code 1) with no failing '
+                      'test recorded', proc.stderr)
+
+    def test_many_failures(self):
+        """Past the first 10, names only; past 50, a count."""
+        proc = self._run('py3=1:0', many=60)
+        lines = proc.stdout.splitlines()
+        self.assertEqual('1 passed, 64 failed, 1 skipped', lines[-1])
+        named = [line for line in lines if 'FAILED in tier' in line]
+        self.assertEqual(50, len(named))
+        self.assertEqual(10, len([line for line in named
+                                  if line.endswith(':')]))
+        self.assertEqual(10, len([line for line in lines
+                                  if 'Traceback' in line]))
+        self.assertEqual('summary: 14 more failed in tier py3: its log '
+                         'names them', lines[-2])

@@ -217,7 +217,9 @@ class KilledTestCase(base.FaultBase):
         instance = self.make_instance()
         disk = self.disk_path(instance)
         tmp = disk + backend.TMP_SUFFIX
-        size = 256 * units.Mi
+        # 512 MiB, as test_qemu_img_killed: time enough to catch qemu-img
+        # part-way after the scan of /proc that finds it.
+        size = 512 * units.Mi
         proc = self._child(instance, 'qcow2', 'full', size)
         self._qemu_img_part_way(tmp, session=proc.pid)
         self._kill_child(proc)
