@@ -57,10 +57,12 @@ def main(argv):
     stestr, stats = _tool('stestr'), _tool('subunit-stats')
     filter_ = _tool('subunit-filter')
     to_text = _tool('subunit2pyunit')
-    env_of = {}
+    # [(env, exit code, run id)], run id 'none' for a tier that made none.
+    tiers = []
     for arg in argv:
         env, _, rest = arg.partition('=')
-        env_of[rest.partition(':')[2]] = env
+        tiers.append((env,) + tuple(rest.partition(':')[::2]))
+    env_of = {run_id: env for env, _, run_id in tiers}
     ids = []
     if os.path.isdir('.stestr'):
         ids = sorted(int(name) for name in os.listdir('.stestr')
@@ -88,9 +90,7 @@ def main(argv):
              '--no-passthrough'],
             input=stream, capture_output=True).stdout
         real_passed += _counts(stats, others)['passed']
-    for arg in argv:
-        env, _, rest = arg.partition('=')
-        code, _, run_id = rest.partition(':')
+    for env, code, run_id in tiers:
         if code == '0':
             continue
         if run_id.isdigit() and failed_in.get(int(run_id)):
@@ -156,11 +156,12 @@ def _reports(text):
               re.match(r'(FAIL|ERROR): .', lines[i + 1])]
     reports = []
     for n, start in enumerate(starts):
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        if n + 1 == len(starts):
+        if n + 1 < len(starts):
+            end = starts[n + 1]
+        else:
             end = next((i for i in range(start + 2, len(lines) - 1)
                         if lines[i] == SEPARATOR2 and
-                        lines[i + 1].startswith('Ran ')), end)
+                        lines[i + 1].startswith('Ran ')), len(lines))
         body_at = next((i + 1 for i in range(start + 2, end)
                         if lines[i] == SEPARATOR2), start + 2)
         reports.append((lines[start + 1].split(': ', 1)[1],
