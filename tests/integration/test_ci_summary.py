@@ -63,6 +63,21 @@ SAMPLE = textwrap.dedent('''\
     ''')
 
 
+CRASH = textwrap.dedent('''\
+    import os
+
+    import testtools
+
+
+    class Crash(testtools.TestCase):
+        def test_a_passes(self):
+            pass
+
+        def test_b_crashes(self):
+            os._exit(3)
+    ''')
+
+
 MANY = textwrap.dedent('''\
     import testtools
 
@@ -79,8 +94,8 @@ MANY = textwrap.dedent('''\
 
 class SummaryTestCase(base.TestCase):
 
-    def _run(self, *tiers, many=0):
-        """Run the sample tests (and ``many`` more failing ones) with
+    def _run(self, *tiers, many=0, sample=SAMPLE):
+        """Run the ``sample`` tests (and ``many`` more failing ones) with
         stestr, then summary.py with ``tiers`` (ENV=EXIT_CODE:RUN_ID), in
         a directory of its own whose .tox/py3 is this tier's virtualenv
         (summary.py takes its stestr and subunit tools from there).
@@ -90,7 +105,7 @@ class SummaryTestCase(base.TestCase):
         with open(os.path.join(top, 'sample', '__init__.py'), 'w'):
             pass
         with open(os.path.join(top, 'sample', 'test_sample.py'), 'w') as f:
-            f.write(SAMPLE)
+            f.write(sample)
         if many:
             with open(os.path.join(top, 'sample', 'test_many.py'),
                       'w') as f:
@@ -148,6 +163,15 @@ class SummaryTestCase(base.TestCase):
         self.assertIn('Sample.test_fails FAILED in tier functional:',
                       proc.stdout)
 
+    def test_run_no_tier_claims(self):
+        """A run id no ENV=CODE:RUN_ID names is still counted and named."""
+        proc = self._run('pep8=0:none')
+        self.assertEqual(1, proc.returncode)
+        self.assertEqual('1 passed, 4 failed, 1 skipped',
+                         proc.stdout.splitlines()[-1])
+        self.assertIn('Sample.test_fails FAILED in tier run 0:',
+                      proc.stdout)
+
     def test_tier_failed_outside_its_tests(self):
         """pep8 (no stestr run) failed, then py3's tests: both counted."""
         proc = self._run('pep8=1:none', 'py3=1:0')
@@ -170,3 +194,14 @@ class SummaryTestCase(base.TestCase):
                                   if 'Traceback' in line]))
         self.assertEqual('summary: 14 more failed in tier py3: its log '
                          'names them', lines[-2])
+
+    def test_crashed_test_named(self):
+        """A test that took its worker down has no traceback: it is named
+        with what its report holds.
+        """
+        proc = self._run('py3=1:0', sample=CRASH)
+        lines = proc.stdout.splitlines()
+        self.assertEqual('1 passed, 1 failed, 0 skipped', lines[-1])
+        self.assertEqual(['summary: sample.test_sample.Crash.test_b_crashes '
+                          'FAILED in tier py3:'],
+                         [line for line in lines if 'FAILED' in line])
