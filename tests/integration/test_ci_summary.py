@@ -69,6 +69,8 @@ CRASH = textwrap.dedent('''\
     import testtools
 
 
+    # test_a before test_b: one worker (a 1-CPU machine) runs them in
+    # that order, so the passing test runs before the worker goes down.
     class Crash(testtools.TestCase):
         def test_a_passes(self):
             pass
@@ -166,7 +168,7 @@ class SummaryTestCase(base.TestCase):
     def test_run_no_tier_claims(self):
         """A run id no ENV=CODE:RUN_ID names is still counted and named."""
         proc = self._run('pep8=0:none')
-        self.assertEqual(1, proc.returncode)
+        self.assertEqual(1, proc.returncode, proc.stderr)
         self.assertEqual('1 passed, 4 failed, 1 skipped',
                          proc.stdout.splitlines()[-1])
         self.assertIn('Sample.test_fails FAILED in tier run 0:',
@@ -200,8 +202,10 @@ class SummaryTestCase(base.TestCase):
         with what its report holds.
         """
         proc = self._run('py3=1:0', sample=CRASH)
+        self.assertEqual(1, proc.returncode, proc.stderr)
         lines = proc.stdout.splitlines()
         self.assertEqual('1 passed, 1 failed, 0 skipped', lines[-1])
         self.assertEqual(['summary: sample.test_sample.Crash.test_b_crashes '
                           'FAILED in tier py3:'],
                          [line for line in lines if 'FAILED' in line])
+        self.assertNotIn('Traceback', proc.stdout)
