@@ -119,7 +119,8 @@ def _print_failures(env, failed, filter_, to_text, stream):
         reports = _reports(subprocess.run(
             [to_text, '--no-passthrough'], input=failures,
             capture_output=True).stderr.decode(errors='replace'))
-    for index, (test_id, body) in enumerate(reports[:NAMED]):
+    named = reports[:NAMED]
+    for index, (test_id, body) in enumerate(named):
         print('summary: %s FAILED in tier %s%s' % (
             test_id[:LINE_CHARS], env, ':' if index < SHOWN else ''),
             flush=True)
@@ -138,9 +139,9 @@ def _print_failures(env, failed, filter_, to_text, stream):
                 text = text[:LINE_CHARS] + ' [%d characters cut]' % (
                     len(text) - LINE_CHARS)
             print('    ' + text, flush=True)
-    if failed > min(len(reports), NAMED):
+    if failed > len(named):
         print('summary: %d more failed in tier %s: its log names them'
-              % (failed - min(len(reports), NAMED), env), flush=True)
+              % (failed - len(named), env), flush=True)
 
 
 def _reports(text):
