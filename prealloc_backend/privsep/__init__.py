@@ -54,8 +54,41 @@ def _watch(channel):
         channel.running = False
 
 
+# errnos of a send to a daemon that is gone (its socket closed or reset)
+_CHANNEL_GONE = (errno.EPIPE, errno.ECONNRESET)
+
+
+def _mark_stopped(channel):
+    """Mark ``channel`` stopped so that the next call starts a new daemon."""
+    with channel.lock:
+        channel.running = False
+
+
 class _PrivContext(priv_context.PrivContext):
     """A PrivContext whose channel cannot outlive its daemon unnoticed."""
+
+    def _wrap(self, func, *args, **kwargs):
+        """Make the call; when its send found the daemon gone, mark the
+        channel stopped before the error propagates.
+
+        NOTE(prealloc_backend): a call sent to a daemon that was just
+        killed fails with EPIPE or ECONNRESET from the socket, before
+        oslo.privsep's reader thread (or _watch, after it) has marked the
+        channel stopped. The next call then found the channel still
+        "running", was sent into the same dead socket and failed too (seen
+        once in tests/privileged/test_privsep_daemon_root.py under load).
+        Marking it here, in the caller's thread, makes the next call start
+        a new daemon whatever the reader thread has done so far.
+        """
+        try:
+            return super()._wrap(func, *args, **kwargs)
+        except OSError as exc:
+            channel = self.channel
+            if exc.errno in _CHANNEL_GONE and channel is not None:
+                LOG.warning('The prealloc_backend privsep daemon is gone '
+                            '(%s): the next call starts a new one', exc)
+                _mark_stopped(channel)
+            raise
 
     def start(self, method=priv_context.Method.ROOTWRAP):
         super().start(method)

@@ -32,6 +32,7 @@ import os
 import pathlib
 import socket
 import subprocess
+import threading
 import time
 
 import fixtures
@@ -402,6 +403,80 @@ class CapabilitiesTestCase(base.TestCase):
             name for name, value in vars(prealloc_backend.privsep.fs).items()
             if ctx.is_entrypoint(value))
         self.assertEqual(sorted(ENTRYPOINTS), public)
+
+
+class _DeadChannel:
+    """A client channel whose daemon is gone but whose reader thread has
+    not noticed yet: running, and every send fails as a socket whose peer
+    was killed fails. Stands in for oslo.privsep's ClientChannel, whose
+    race with the reader thread cannot be ordered from a test.
+    """
+
+    def __init__(self, errno_):
+        self.errno = errno_
+        self.running = True
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.closed = False
+
+    def remote_call(self, name, args, kwargs, timeout):
+        self.calls += 1
+        raise OSError(self.errno, os.strerror(self.errno))
+
+    def close(self):
+        self.closed = True
+
+
+class _LiveChannel(_DeadChannel):
+
+    def __init__(self):
+        super().__init__(0)
+
+    def remote_call(self, name, args, kwargs, timeout):
+        self.calls += 1
+        return 'done'
+
+
+class DeadDaemonChannelTestCase(base.TestCase):
+    """A send that finds the daemon gone marks the channel stopped, so the
+    very next call starts a new daemon instead of failing the same way.
+    """
+
+    def _context(self, channel):
+        ctx = prealloc_backend.privsep._PrivContext(
+            'prealloc_backend_test', pypath=__name__ + '.unused',
+            capabilities=[])
+        ctx.client_mode = True
+        ctx.channel = channel
+        started = []
+
+        def start(method=None):
+            ctx.channel = _LiveChannel()
+            started.append(ctx.channel)
+        self.useFixture(fixtures.MockPatchObject(ctx, 'start', start))
+        return ctx, started
+
+    def test_next_call_starts_a_new_daemon(self):
+        for errno_ in (errno.EPIPE, errno.ECONNRESET):
+            dead = _DeadChannel(errno_)
+            ctx, started = self._context(dead)
+            exc = self.assertRaises(OSError, ctx._wrap, make_disk)
+            self.assertEqual(errno_, exc.errno)
+            self.assertFalse(dead.running)
+            self.assertEqual('done', ctx._wrap(make_disk))
+            self.assertTrue(dead.closed)
+            self.assertEqual(1, dead.calls)
+            self.assertEqual(1, len(started))
+            self.assertEqual(1, started[0].calls)
+
+    def test_other_errors_leave_the_channel_alone(self):
+        dead = _DeadChannel(errno.ENOSPC)
+        ctx, started = self._context(dead)
+        self.assertRaises(OSError, ctx._wrap, make_disk)
+        self.assertTrue(dead.running)
+        self.assertRaises(OSError, ctx._wrap, make_disk)
+        self.assertEqual(2, dead.calls)
+        self.assertEqual([], started)
 
 
 class ZeroFillTestCase(base.BoundaryTestCase):
