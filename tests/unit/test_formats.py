@@ -69,9 +69,13 @@ GUEST_HEADERS = ('vmdk', 'vhdx', 'luks', 'qcow2')
 
 
 def write_guest_header(path, kind, size):
-    """A sparse raw file of ``size`` bytes with guest_header's bytes."""
+    """guest_header's bytes for a disk of ``size`` bytes written into the
+    raw file at ``path`` (made sparse, ``size`` bytes, if it does not
+    exist; else its size kept).
+    """
     with open(path, 'r+b' if os.path.exists(path) else 'wb') as f:
-        f.truncate(size)
+        if not os.fstat(f.fileno()).st_size:
+            f.truncate(size)
         for offset, data in guest_header(kind, size).items():
             f.seek(offset)
             f.write(data)
@@ -284,6 +288,12 @@ class TestBoundedInspection(FormatsTestCase):
         super().setUp()
         self.inspected = self.useFixture(InspectedBytes())
 
+    def guest_disk(self, kind):
+        """A new sparse raw disk whose guest wrote ``kind``'s header."""
+        if os.path.exists(self.disk):
+            os.unlink(self.disk)
+        return write_guest_header(self.disk, kind, self.SIZE)
+
     def test_the_prefix_is_a_mebibyte(self):
         self.assertEqual(units.Mi, formats.HEADER_PREFIX)
 
@@ -291,7 +301,7 @@ class TestBoundedInspection(FormatsTestCase):
         for kind in GUEST_HEADERS:
             with self.subTest(kind=kind):
                 self.inspected.fed.clear()
-                write_guest_header(self.disk, kind, self.SIZE)
+                self.guest_disk(kind)
                 self.assertEqual(kind, formats.header_format(self.disk))
                 self.assertLessEqual(self.inspected.fed[self.disk],
                                      formats.HEADER_PREFIX)
@@ -304,7 +314,7 @@ class TestBoundedInspection(FormatsTestCase):
     def test_migration_record_raw_never_inspected(self):
         for kind in GUEST_HEADERS:
             with self.subTest(kind=kind):
-                write_guest_header(self.disk, kind, self.SIZE)
+                self.guest_disk(kind)
                 with formats.migration_formats(self.uuid, {'disk': 'raw'}):
                     self.assertEqual('raw',
                                      formats.migration_record(self.disk))
@@ -314,7 +324,7 @@ class TestBoundedInspection(FormatsTestCase):
         formats.record_format(self.disk, 'raw')
         for kind in GUEST_HEADERS:
             with self.subTest(kind=kind):
-                write_guest_header(self.disk, kind, self.SIZE)
+                self.guest_disk(kind)
                 self.assertIs(policy.DiskFormat.RAW, formats.disk_format(
                     self.disk, self.disk_info, 'qcow2'))
                 self.assertIs(policy.DiskFormat.RAW, formats.existing_format(
@@ -327,7 +337,7 @@ class TestBoundedInspection(FormatsTestCase):
         for kind in ('vmdk', 'vhdx'):
             with self.subTest(kind=kind):
                 self.inspected.fed.clear()
-                write_guest_header(self.disk, kind, self.SIZE)
+                self.guest_disk(kind)
                 with formats.migration_formats(self.uuid,
                                                {'disk': 'qcow2'}):
                     self.assertRaises(exception.DiskFormatMismatch,
@@ -342,7 +352,7 @@ class TestBoundedInspection(FormatsTestCase):
         for kind in ('vmdk', 'vhdx'):
             with self.subTest(kind=kind):
                 self.inspected.fed.clear()
-                write_guest_header(self.disk, kind, self.SIZE)
+                self.guest_disk(kind)
                 self.assertEqual('raw', formats.unrecorded_raw_format(
                     self.disk, False, self.disk_info))
                 self.assertLessEqual(self.inspected.fed[self.disk],
