@@ -20,9 +20,9 @@ during a migration (``migration_formats``), else nova's disk.info, else
 the backend that made the disk (``recorded_format``). The header (its
 first HEADER_PREFIX bytes, whatever it says) is read (format_inspector, no
 qemu-img) only to refuse a disk whose header and record disagree
-(``disk_format``), never when the record says raw, and a qcow2 disk is checked
-(``check_qcow2_disk``) before any qemu-img command other than ``info -f
-qcow2`` runs on it.
+(``disk_format``), never when the record says raw; a qcow2 disk is
+checked (``check_qcow2_disk``) before any qemu-img command other than
+``info -f qcow2`` runs on it.
 
 NOTE: not in backend.py (the adapter to nova, see STYLE.md's "thin
 driver"): the image classes call these functions with their path, their
@@ -107,22 +107,6 @@ def converted(path, fmt):
     record_format(path, fmt)
 
 
-class _Prefix:
-    """The first ``limit`` bytes of the file object ``f``, read as they are
-    asked for: end of file after them, whatever a header says lies beyond.
-    """
-
-    def __init__(self, f, limit):
-        self._f = f
-        self._left = limit
-        self.name = f.name
-
-    def read(self, size):
-        data = self._f.read(max(0, min(size, self._left)))
-        self._left -= len(data)
-        return data
-
-
 def header_format(path):
     """The format a disk's header claims (format_inspector's name, 'raw'
     when nothing matches), from its first HEADER_PREFIX bytes only: read,
@@ -149,6 +133,22 @@ def header_format(path):
     except format_inspector.ImageFormatError as exc:
         return 'ambiguous (%s)' % exc
     return str(inspector) if inspector is not None else 'raw'
+
+
+class _Prefix:
+    """The first ``limit`` bytes of the file object ``f``, read as they are
+    asked for: end of file after them, whatever a header says lies beyond.
+    """
+
+    def __init__(self, f, limit):
+        self._f = f
+        self._left = limit
+        self.name = f.name
+
+    def read(self, size):
+        data = self._f.read(max(0, min(size, self._left)))
+        self._left -= len(data)
+        return data
 
 
 def is_raw_header(header):
