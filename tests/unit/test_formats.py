@@ -19,10 +19,13 @@ the image classes: tests/unit/test_backend.py TestFormatFromRecords.)
 import json
 import logging
 import os
+import struct
 import subprocess
+import uuid
 
 import fixtures
 from nova import exception as nova_exception
+from oslo_utils.imageutils import format_inspector
 from oslo_utils import units
 from oslo_utils import uuidutils
 
@@ -30,6 +33,75 @@ from prealloc_backend import exception
 from prealloc_backend import formats
 from prealloc_backend import policy
 from tests import base
+
+
+def _guid(text):
+    return uuid.UUID(text).bytes_le
+
+
+def guest_header(kind, size):
+    """{offset: bytes} a guest writes into its raw disk of ``size`` bytes
+    to make format_inspector name ``kind``; VMDK and VHDX point the
+    inspector at the disk's end (tests/functional/test_guest_headers.py
+    writes the same).
+    """
+    if kind == 'vmdk':
+        # A hosted sparse extent header, version 1, descriptor at sector
+        # 1, grain directory "at end" (0xffffffffffffffff): a footer the
+        # inspector waits for until the end of the file.
+        return {0: struct.pack('<4sIIQQQQIQQ', b'KDMV', 1, 0, 2048, 128, 1,
+                               1, 512, 0, 0xFFFFFFFFFFFFFFFF)}
+    if kind == 'vhdx':
+        # The identifier, and a region table at 192 KiB whose metadata
+        # region is the disk's last MiB.
+        table = struct.pack('<IIII', 0x69676572, 0, 1, 0) + _guid(
+            format_inspector.VHDXInspector.METAREGION) + struct.pack(
+            '<QII', size - units.Mi, units.Mi, 1)
+        return {0: b'vhdxfile', 192 * units.Ki: table}
+    if kind == 'luks':
+        return {0: b'LUKS\xba\xbe' + struct.pack('>H', 1)}
+    if kind == 'qcow2':
+        return {0: struct.pack('>4sIQIIQ', b'QFI\xfb', 3, 0, 0, 16, size)}
+    raise ValueError(kind)
+
+
+GUEST_HEADERS = ('vmdk', 'vhdx', 'luks', 'qcow2')
+
+
+def write_guest_header(path, kind, size):
+    """guest_header's bytes for a disk of ``size`` bytes written into the
+    raw file at ``path`` (made sparse, ``size`` bytes, if it does not
+    exist; else its size kept).
+    """
+    with open(path, 'r+b' if os.path.exists(path) else 'wb') as f:
+        if not os.fstat(f.fileno()).st_size:
+            f.truncate(size)
+        for offset, data in guest_header(kind, size).items():
+            f.seek(offset)
+            f.write(data)
+    return path
+
+
+class InspectedBytes(fixtures.Fixture):
+    """Counts the bytes every format_inspector.InspectWrapper is fed, by
+    the name of the file it reads (detect_file_format and nova's
+    get_image_format make theirs through the module too).
+    """
+
+    def _setUp(self):
+        self.fed = {}
+        fed = self.fed
+        real = format_inspector.InspectWrapper
+
+        class Counting(real):
+            def read(self, size):
+                chunk = super().read(size)
+                name = getattr(self._source, 'name', None)
+                fed[name] = fed.get(name, 0) + len(chunk)
+                return chunk
+
+        self.useFixture(fixtures.MockPatchObject(
+            format_inspector, 'InspectWrapper', Counting))
 
 
 class FormatsTestCase(base.TestCase):
@@ -203,3 +275,85 @@ class TestCheckedBase(FormatsTestCase):
         exc = self.assertRaises(nova_exception.InvalidDiskInfo,
                                 formats.checked_base, cached, True)
         self.assertIn('Base image failed safety check', str(exc))
+
+
+class TestBoundedInspection(FormatsTestCase):
+    """A guest's header never makes the host read past HEADER_PREFIX, and
+    a disk recorded raw is not read at all.
+    """
+
+    SIZE = 64 * units.Mi
+
+    def setUp(self):
+        super().setUp()
+        self.inspected = self.useFixture(InspectedBytes())
+
+    def guest_disk(self, kind):
+        """A new sparse raw disk whose guest wrote ``kind``'s header."""
+        if os.path.exists(self.disk):
+            os.unlink(self.disk)
+        return write_guest_header(self.disk, kind, self.SIZE)
+
+    def test_the_prefix_is_a_mebibyte(self):
+        self.assertEqual(units.Mi, formats.HEADER_PREFIX)
+
+    def test_no_read_past_the_prefix_whatever_the_header(self):
+        for kind in GUEST_HEADERS:
+            with self.subTest(kind=kind):
+                self.inspected.fed.clear()
+                self.guest_disk(kind)
+                self.assertEqual(kind, formats.header_format(self.disk))
+                self.assertLessEqual(self.inspected.fed[self.disk],
+                                     formats.HEADER_PREFIX)
+
+    def test_a_real_qcow2_file_still_named(self):
+        self.qcow2(self.disk)
+        self.assertEqual('qcow2', formats.header_format(self.disk))
+        self.assertEqual('raw', formats.header_format(self.raw(self.disk)))
+
+    def test_migration_record_raw_never_inspected(self):
+        for kind in GUEST_HEADERS:
+            with self.subTest(kind=kind):
+                self.guest_disk(kind)
+                with formats.migration_formats(self.uuid, {'disk': 'raw'}):
+                    self.assertEqual('raw',
+                                     formats.migration_record(self.disk))
+                self.assertNotIn(self.disk, self.inspected.fed)
+
+    def test_disk_info_raw_never_inspected(self):
+        formats.record_format(self.disk, 'raw')
+        for kind in GUEST_HEADERS:
+            with self.subTest(kind=kind):
+                self.guest_disk(kind)
+                self.assertIs(policy.DiskFormat.RAW, formats.disk_format(
+                    self.disk, self.disk_info, 'qcow2'))
+                self.assertIs(policy.DiskFormat.RAW, formats.existing_format(
+                    self.disk, self.disk_info, 'qcow2'))
+                self.assertNotIn(self.disk, self.inspected.fed)
+
+    def test_recorded_qcow2_read_within_the_prefix(self):
+        # A raw disk recorded qcow2 (the record wrong, or the guest's
+        # header): refused after reading the prefix, not the disk.
+        for kind in ('vmdk', 'vhdx'):
+            with self.subTest(kind=kind):
+                self.inspected.fed.clear()
+                self.guest_disk(kind)
+                with formats.migration_formats(self.uuid,
+                                               {'disk': 'qcow2'}):
+                    self.assertRaises(exception.DiskFormatMismatch,
+                                      formats.migration_record, self.disk)
+                self.assertRaises(exception.DiskFormatMismatch,
+                                  formats.disk_format, self.disk,
+                                  self.disk_info, 'qcow2')
+                self.assertLessEqual(self.inspected.fed[self.disk],
+                                     2 * formats.HEADER_PREFIX)
+
+    def test_unrecorded_raw_read_within_the_prefix(self):
+        for kind in ('vmdk', 'vhdx'):
+            with self.subTest(kind=kind):
+                self.inspected.fed.clear()
+                self.guest_disk(kind)
+                self.assertEqual('raw', formats.unrecorded_raw_format(
+                    self.disk, False, self.disk_info))
+                self.assertLessEqual(self.inspected.fed[self.disk],
+                                     formats.HEADER_PREFIX)
