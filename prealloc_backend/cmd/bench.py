@@ -21,8 +21,9 @@ prealloc_backend.bench. Exit status: 0 when every case ran (figures that
 cannot be measured here are not shown, each with the reason), 1 when one
 failed or the run was stopped (the first Ctrl-C or SIGTERM, see
 prealloc_backend.stopping: the running tool is killed, the workloads done
-so far are reported), 2 when the run could not start. Targets missed do not change it:
-they are findings, read them in the report or in ``--json``.
+so far are reported), 2 when the run could not start. Targets missed do
+not change it: they are findings, read them in the report or in
+``--json``.
 
 Who runs what: everything runs as the user who started the command, and
 works by path. Run by root, it starts only in a directory nobody else can
