@@ -110,3 +110,30 @@ uv_install() {
   "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" \
     -c "$TOP/upper-constraints.txt" "$@"
 }
+
+# run_stoppable FILE CMD...: run CMD, its stdout into FILE, so that the
+# first SIGINT or SIGTERM this script gets stops it: CMD runs in the
+# background (bash runs a trap only once its foreground command ends) and
+# the signal is sent on to it as SIGTERM (a background job of a script
+# ignores SIGINT: one that comes before CMD sets its own handler would be
+# lost), then CMD is waited for. Sets RUN_STATUS (CMD's exit status) and
+# RUN_STOPPED (130 after a SIGINT, 143 after a SIGTERM, the first one
+# received; empty without one): the caller exits with it.
+run_stoppable() {
+  local file=$1 pid
+  shift
+  "$@" > "$file" &
+  pid=$!
+  RUN_STOPPED=
+  # shellcheck disable=SC2064 # $pid now, on purpose
+  trap "RUN_STOPPED=\${RUN_STOPPED:-130}; kill -TERM $pid 2>/dev/null || true" INT
+  # shellcheck disable=SC2064
+  trap "RUN_STOPPED=\${RUN_STOPPED:-143}; kill -TERM $pid 2>/dev/null || true" TERM
+  RUN_STATUS=0
+  while :; do
+    wait "$pid" && RUN_STATUS=0 || RUN_STATUS=$?
+    # wait returns early when a trapped signal comes: wait again.
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  trap - INT TERM
+}

@@ -60,6 +60,7 @@ from prealloc_backend.checks import owner
 from prealloc_backend import exception
 from prealloc_backend import fsprobe
 import prealloc_backend.privsep
+from prealloc_backend import stopping
 
 LOG = logging.getLogger(__name__)
 CONF = variants.CONF
@@ -378,7 +379,10 @@ class Bench:
                         fmt_bytes(self.reserve_margin())))
         return None
 
-    def host(self):
+    def host(self, versions=True):
+        """The machine, for the report; ``versions=False``: without the
+        qemu-img and qemu-io versions (they are asked to the tools).
+        """
         uname = platform.uname()
         return {
             'hostname': socket.gethostname(),
@@ -386,8 +390,10 @@ class Bench:
             'machine': uname.machine,
             'cpus': os.cpu_count(),
             'python': platform.python_version(),
-            'qemu_img': tools.version(tools.QEMU_IMG),
-            'qemu_io': tools.version(tools.QEMU_IO),
+            'qemu_img': (tools.version(tools.QEMU_IMG) if versions
+                         else 'unknown'),
+            'qemu_io': (tools.version(tools.QEMU_IO) if versions
+                        else 'unknown'),
             'aio': variants.AIO,
             'cache': variants.CACHE,
             'directory': self.directory,
@@ -403,6 +409,7 @@ class Bench:
         """Measure every case of ``workload``; return its result dict."""
         label = '[%d/%d] %s' % (index + 1, total, workload.title)
         self.progress('%s: setting up' % label)
+        LOG.info('%(label)s: setting up', {'label': label})
         started = time.monotonic()
         cases = []
         try:
@@ -412,10 +419,15 @@ class Bench:
             active = [case for case in cases
                       if case.skip is None and case.leader is None]
             for rep in range(self.config.reps):
+                stopping.check()
                 self.progress('%s: repetition %d/%d (%.0f s)' % (
                     label, rep + 1, self.config.reps,
                     time.monotonic() - started))
+                stopping.pause_point('repetition')
                 for case in rotated(active, rep):
+                    # Between two cases: the stop is taken here, from the
+                    # loop (stopping.on_signals in the command).
+                    stopping.check()
                     if case.error or case.skip:
                         continue
                     try:
@@ -442,6 +454,7 @@ class Bench:
                                    error='%s' % exc,
                                    seconds=time.monotonic() - started)
         finally:
+            stopping.pause_point('teardown')
             workload.teardown(self)
         for case in cases:
             # Every row as long as the run: repetition r is samples[r].
@@ -461,17 +474,28 @@ class Bench:
             'run': self.config.name,
             'config': dataclasses.asdict(self.config),
             'date': now.isoformat(timespec='seconds'),
-            'host': self.host(),
             'privsep': privsep_text(),
             'workloads': [],
         }
+        try:
+            result['host'] = self.host()
+        except (stopping.Stopped, KeyboardInterrupt):
+            result['host'] = self.host(versions=False)
+            result['interrupted'] = ('stopped before the first workload: '
+                                     'no workload is in this report')
+            self.progress(result['interrupted'])
+            workloads = []
         for index, workload in enumerate(workloads):
             try:
+                if index:
+                    stopping.pause_point('between-workloads')
+                stopping.check()
                 result['workloads'].append(
                     self.run_workload(workload, index, len(workloads)))
-            except KeyboardInterrupt:
-                # Ctrl-C or SIGTERM (the command turns it into this): the
-                # workloads done so far are reported, nothing else.
+            except (stopping.Stopped, KeyboardInterrupt):
+                # Ctrl-C or SIGTERM (stopping.Stopped in the command, a
+                # KeyboardInterrupt where the caller left SIGINT as it is):
+                # the workloads done so far are reported, nothing else.
                 result['interrupted'] = (
                     'stopped during workload %s (%d of %d): it and the '
                     'workloads after it are not in this report'

@@ -56,6 +56,7 @@ from oslo_log import log as logging
 
 from prealloc_backend import exception
 from prealloc_backend import process
+from prealloc_backend import stopping
 
 LOG = logging.getLogger(__name__)
 
@@ -79,13 +80,26 @@ class ToolError(Exception):
 
 def run(cmd, stdin=None):
     """Run cmd (a list) through prealloc_backend.process (C locale, killed
-    after TIMEOUT); return its stdout. Raises ToolError, for the report.
+    after TIMEOUT); return its stdout. Raises ToolError, for the report,
+    or stopping.Stopped when the command was asked to stop (before the
+    tool starts, or after stopping.on_signals killed it).
     """
+    stopping.check()
+    run_cmd = cmd
+    if stopping.test_point('child:%s' % cmd[0]):
+        # Test hook: a child that waits (and a grandchild, sleep) before
+        # it becomes the tool.
+        run_cmd = ['sh', '-c', 'sleep %d; exec "$@"' % stopping.PAUSE_SECONDS,
+                   'sh'] + list(cmd)
     try:
-        out = process.execute(*cmd, stdin=stdin, timeout=TIMEOUT)
+        out = process.execute(*run_cmd, stdin=stdin, timeout=TIMEOUT)
     except exception.ProcessTimeout:
+        stopping.check()
         raise ToolError(cmd, 'no answer within %d s' % TIMEOUT)
     except exception.ProcessFailed as exc:
+        # Killed because the command was asked to stop: not the tool's
+        # failure.
+        stopping.check()
         if exc.exit_code == 127:
             # env's answer when the command is not installed.
             raise ToolError(cmd, 'command not found')

@@ -58,6 +58,7 @@ from prealloc_backend import fileops
 from prealloc_backend import fsprobe
 from prealloc_backend import modes
 from prealloc_backend import policy
+from prealloc_backend import stopping
 
 LOG = logging.getLogger(__name__)
 CONF = pb_conf.CONF
@@ -197,6 +198,7 @@ def make_base(path, size):
     tmp = path + '.part'
     with open(tmp, 'wb') as f:
         for offset in range(0, size, BASE_BLOCK):
+            stopping.check()
             f.write(os.urandom(min(BASE_BLOCK, size - offset)))
         f.flush()
         os.fsync(f.fileno())
@@ -336,6 +338,7 @@ def _write_zeros(fd, size):
     """
     zeros = bytes(BASE_BLOCK)
     for offset in range(0, size, BASE_BLOCK):
+        stopping.check()
         os.write(fd, zeros[:min(BASE_BLOCK, size - offset)])
     fileops.drop_page_cache(fd)
 

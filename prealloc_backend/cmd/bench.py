@@ -19,9 +19,11 @@ zero-written, sparse), side by side in one directory, and measured with
 QEMU's own tools and timers, every disk opened the same way; see
 prealloc_backend.bench. Exit status: 0 when every case ran (figures that
 cannot be measured here are not shown, each with the reason), 1 when one
-failed or the run was stopped (Ctrl-C, SIGTERM: the workloads done so far
-are reported), 2 when the run could not start. Targets missed do not change it:
-they are findings, read them in the report or in ``--json``.
+failed or the run was stopped (the first Ctrl-C or SIGTERM, see
+prealloc_backend.stopping: the running tool is killed, the workloads done
+so far are reported), 2 when the run could not start. Targets missed do
+not change it: they are findings, read them in the report or in
+``--json``.
 
 Who runs what: everything runs as the user who started the command, and
 works by path. Run by root, it starts only in a directory nobody else can
@@ -38,9 +40,10 @@ import dataclasses
 import logging
 import os
 import shutil
-import signal
 import sys
 import warnings
+
+from prealloc_backend import stopping
 
 COMMAND = 'prealloc-backend bench'
 DEFAULT_DIRS = ('/var/lib/nova/instances',)
@@ -149,12 +152,6 @@ def _progress(message):
     print('bench: %s' % message, file=sys.stderr, flush=True)
 
 
-def _interrupt(signum, frame):
-    # SIGTERM stops the run as Ctrl-C does: the workloads done so far are
-    # reported (engine.Bench.run), the running command is killed.
-    raise KeyboardInterrupt()
-
-
 def run(args):
     # NOTE: importing nova pulls in eventlet, which warns about its own
     # deprecation; that says nothing about the benchmark.
@@ -210,23 +207,43 @@ def run(args):
                   file=sys.stderr)
             return 2
         chosen = [w for w in chosen if w.name in names]
-    # The disks are the benchmark's own, in its scratch directory: the
-    # plugin's and nova's privsep entrypoints run in this process for the
-    # time of the run (their argument checks included), no daemon.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
+    # The first SIGINT or SIGTERM stops the run: the running tool is
+    # killed, the loop stops between two steps (engine.Bench.run) and the
+    # workloads done so far are reported.
+    stopping.install_test_hooks()
+    with stopping.on_signals() as stop:
+        # The disks are the benchmark's own, in its scratch directory: the
+        # plugin's and nova's privsep entrypoints run in this process for
+        # the time of the run (their argument checks included), no daemon.
         with engine.Bench(directory, config, progress=_progress,
                           privsep_in_process=True) as bench:
             result = bench.run(chosen)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        _write_report(args, result, stop)
+    if stop.requested and not result.get('interrupted'):
+        # The signal came while the report was written: it was written
+        # whole (this takes a moment, no tool runs); say so, and the
+        # JSON too.
+        result['interrupted'] = (
+            'stopped by %s while the report was written: every workload '
+            'is in this report' % stopping.signal_name(stop.signum))
+        _progress(result['interrupted'])
+        sys.stdout.write('INTERRUPTED: %s\n' % result['interrupted'])
+        sys.stdout.flush()
+        if args.json:
+            report.write_json(result, args.json)
+    return 1 if report.has_errors(result) else 0
+
+
+def _write_report(args, result, stop):
+    from prealloc_backend.bench import plot
+    from prealloc_backend.bench import report
     report.finalize(result)
     sys.stdout.write(report.render(result))
     sys.stdout.flush()
+    stopping.pause_point('report')
     if args.json:
         report.write_json(result, args.json)
         _progress('JSON written to %s' % args.json)
-    if args.plot:
+    if args.plot and not stop.requested:
         plot.render(result, args.plot)
         _progress('chart written to %s' % args.plot)
-    return 1 if report.has_errors(result) else 0

@@ -22,6 +22,7 @@ CPU figures are checked against what the measured process says of itself.
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 from unittest import mock
@@ -36,6 +37,7 @@ from prealloc_backend.bench import variants
 from prealloc_backend.bench import workloads
 from prealloc_backend.cmd import bench as cmd_bench
 import prealloc_backend.privsep
+from prealloc_backend import stopping
 from tests import base
 
 DEFAULT = engine.DEFAULT_GROUP
@@ -332,6 +334,48 @@ class EngineTestCase(BenchCase):
         self.assertTrue(report.has_errors(result))
         self.assertIn('INTERRUPTED: stopped during workload stopped',
                       report.render(result))
+
+    def test_a_signal_stops_the_run_between_two_cases(self):
+        # The first SIGTERM inside stopping.on_signals (the command's): the
+        # case running ends, the next one is not measured, the run
+        # reports the workloads before.
+        class Signalled(Leader):
+            name = 'signalled'
+
+            def measure(self, bench, case, rep):
+                if not self.measured:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return super().measure(bench, case, rep)
+
+        bench = self.bench()
+        signalled = Signalled()
+        with stopping.on_signals():
+            result = bench.run([Leader(), signalled, Leader()])
+        self.assertEqual(1, len(signalled.measured))
+        self.assertEqual(['leader'], [w['name'] for w in result['workloads']])
+        self.assertEqual('stopped during workload signalled (2 of 3): it '
+                         'and the workloads after it are not in this '
+                         'report', result['interrupted'])
+
+    def test_a_signal_before_the_first_workload(self):
+        bench = self.bench()
+        leader = Leader()
+        with stopping.on_signals():
+            os.kill(os.getpid(), signal.SIGINT)
+            result = bench.run([leader])
+        self.assertEqual([], leader.measured)
+        self.assertEqual([], result['workloads'])
+        self.assertEqual('unknown', result['host']['qemu_img'])
+        self.assertIn('stopped before the first workload',
+                      result['interrupted'])
+        report.finalize(result)
+        self.assertIn('INTERRUPTED: stopped before the first workload',
+                      report.render(result))
+
+    def test_a_tool_is_not_started_once_stopped(self):
+        with stopping.on_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            self.assertRaises(stopping.Stopped, tools.run, ['true'])
 
 
 class PrivsepTestCase(base.TestCase):
