@@ -19,6 +19,7 @@ and ends a journal around each cache() call; recover() runs first.
 import json
 import os
 import time
+import uuid
 
 from oslo_log import log as logging
 
@@ -39,6 +40,11 @@ CONVERT_SUFFIX = '_qcow'
 # the device, before disk.info is rewritten.
 CONVERTING = 'converting'
 READY = 'ready'
+# This process's mark in a conversion's journal: reconcile() leaves a
+# conversion this same process may still be carrying out (another thread
+# resolving the disk's format meanwhile) to that process. A crash ends the
+# process, so a journal left by a crash always bears another mark.
+PROCESS = uuid.uuid4().hex
 
 
 class Journal:
@@ -83,7 +89,8 @@ class Journal:
         says qcow2 and the journal is removed. True when it acted.
         """
         record = self._read()
-        if not record or record.get('phase') not in (CONVERTING, READY):
+        if (not record or record.get('phase') not in (CONVERTING, READY) or
+                record.get('process') == PROCESS):
             return False
         tmp = self.disk + CONVERT_SUFFIX
         if record['phase'] == CONVERTING and os.path.exists(tmp):
@@ -105,6 +112,7 @@ class Journal:
         fileops.remove(self.path + '.part')
         if not os.path.exists(self.path):
             fileops.remove(self.disk + TMP_SUFFIX)
+            fileops.remove(self.disk + CONVERT_SUFFIX)
             return
         record = self._read()
         if record is False:
@@ -123,6 +131,9 @@ class Journal:
                         'again', {'disk': self.disk, 'journal': self.path})
             fileops.remove(self.disk)
         fileops.remove(self.disk + TMP_SUFFIX)
+        # A conversion's file (nova's, or qcow2.convert_raw's) that a crash
+        # left before its journal said 'converting': never published.
+        fileops.remove(self.disk + CONVERT_SUFFIX)
         # Last, once the removals above are on the device: a crash before
         # it finds the journal again and does the same.
         fileops.remove(self.path)
@@ -146,7 +157,7 @@ class Journal:
         """Record a conversion's phase (CONVERTING, READY): see
         reconcile().
         """
-        self._write({'created': False, 'phase': phase})
+        self._write({'created': False, 'phase': phase, 'process': PROCESS})
 
     def end(self):
         # Durably: a journal that came back after a power cut would make
