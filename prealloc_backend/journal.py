@@ -103,6 +103,7 @@ class Journal:
                         'after the new file was published: recorded qcow2',
                         {'disk': self.disk})
             formats.converted(self.disk, 'qcow2')
+        fileops.remove(self.path + '.part')
         fileops.remove(self.path)
         return True
 
@@ -160,6 +161,13 @@ class Journal:
         self._write({'created': False, 'phase': phase, 'process': PROCESS})
 
     def end(self):
-        # Durably: a journal that came back after a power cut would make
-        # the next cache() remove a disk it finished.
+        """The work on the disk is done: the disk is flushed (whatever
+        made or grew it: nova's copy and truncate, qemu-img, the daemon),
+        then the journal removed durably. A journal that came back after
+        a power cut would make the next cache() remove a disk it
+        finished; a journal removed before the disk was flushed would
+        leave a disk a power cut cut short.
+        """
+        if os.path.isfile(self.disk):
+            fileops.sync(self.disk)
         fileops.remove(self.path)
