@@ -191,7 +191,7 @@ class CrashTestCase(base.TestCase):
                                 len(failures)))
         with open(REPORT, 'a') as f:
             f.write(line + '\n')
-            for failure in failures[:5]:
+            for failure in failures:
                 f.write('    %s\n' % failure)
         print(line)
         self.assertEqual([], failures, line)
