@@ -144,7 +144,6 @@ class TestConvert(base.TestCase):
         self.assertIn('convert', str(exc))
         self.assertFalse(os.path.exists(self.dst))
 
-
     def test_a_cache_mode_ignoring_flushes_is_refused(self):
         # qemu-img's default for convert ('unsafe') drops flushes: the
         # caller must name one that honours them.
