@@ -130,15 +130,25 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def sync(path):
+def sync(path, denied_ok=False):
     """fsync(2) the file at ``path``: its data and size reach the device
     (the directory entry naming it does not: see fsync_dir).
+
+    ``denied_ok``: a file this process may not open (a disk libvirt gave
+    to the qemu user, which only the privileged daemon writes, and flushes
+    itself) is left alone: False is returned.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except PermissionError:
+        if not denied_ok:
+            raise
+        return False
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+    return True
 
 
 def publish(tmp, final):

@@ -169,5 +169,5 @@ class Journal:
         leave a disk a power cut cut short.
         """
         if os.path.isfile(self.disk):
-            fileops.sync(self.disk)
+            fileops.sync(self.disk, denied_ok=True)
         fileops.remove(self.path)

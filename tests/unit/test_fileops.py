@@ -357,3 +357,13 @@ class DurableTestCase(FileCase):
         with open(path, 'wb'):
             pass
         self.assertRaises(NotADirectoryError, fileops.fsync_dir, path)
+
+    def test_sync_of_a_file_this_process_may_not_open(self):
+        path = os.path.join(self.dir, 'qemu-owned')
+        with open(path, 'wb'):
+            pass
+        denied = PermissionError(errno.EACCES, 'denied')
+        self.useFixture(fixtures.MockPatchObject(
+            fileops.os, 'open', side_effect=denied))
+        self.assertFalse(fileops.sync(path, denied_ok=True))
+        self.assertRaises(PermissionError, fileops.sync, path)
