@@ -27,9 +27,10 @@ recovery (the journal's recover(), which reconciles a conversion):
   a power cut);
 * no journal and no temporary file is left.
 
-Cut points: after every request but the writes, plus at most
-``WRITE_CUTS`` writes per operation evenly spaced (deterministic); a
-state already checked (same files, same bytes) is not checked again.
+Cut points: after every request; past ``WRITE_CUTS`` writes in one
+operation its writes are sampled, evenly spaced (deterministic; no
+operation here reaches it); a state already checked (same files, same
+bytes) is not checked again.
 Per operation, the points seen, cut and states checked are printed and
 appended to $PREALLOC_CRASH_REPORT (default /tmp/prealloc-crash.txt).
 """
@@ -55,7 +56,7 @@ from tests import fixtures as pb_fixtures
 
 SIZE = 4 * units.Mi
 GROWN = 8 * units.Mi
-WRITE_CUTS = 64
+WRITE_CUTS = 1024
 QCOW2_MAGIC = b'QFI\xfb'
 PA = policy.Qcow2Preallocation
 REPORT = os.environ.get('PREALLOC_CRASH_REPORT', '/tmp/prealloc-crash.txt')
