@@ -121,6 +121,10 @@ def _fallocate(path, size, unallocated):
             raise exception.AllocationFailed(path=path, reason=str(exc))
         fsprobe.record_unsupported(os.path.dirname(path))
         return False
+    # The reserved extents on the device before the journal is removed
+    # (the zero-fill path flushes in the daemon: fileops.zero_fill). A
+    # disk only the daemon may open is left to it.
+    fileops.sync(path, denied_ok=True)
     LOG.info('Allocated %(path)s (%(size)d bytes, %(holes)d were not '
              'allocated)', {'path': path, 'size': size, 'holes': unallocated})
     return True

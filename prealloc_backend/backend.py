@@ -61,6 +61,7 @@ from prealloc_backend import allocate
 from prealloc_backend import conf
 from prealloc_backend import exception
 from prealloc_backend import extend
+from prealloc_backend import fileops
 from prealloc_backend import formats
 from prealloc_backend import fsprobe
 from prealloc_backend import guestxml
@@ -255,6 +256,11 @@ class _PreallocImage:
         # and replaces what disk.info said (a move can leave it stale: a
         # disk converted to qcow2 stays 'raw' there, nova never rewrites an
         # entry).
+        # A raw disk's conversion to qcow2 that a crash interrupted is
+        # finished or rolled back first: the records then say what the
+        # file is (journal.Journal.reconcile).
+        if self.path:
+            _Journal(self.path).reconcile()
         fmt = (formats.migration_record(self.path) if self.disk_info_path
                else None)
         if fmt:
@@ -298,8 +304,8 @@ class _PreallocImage:
             if created and self.exists():
                 LOG.warning('Removing %(path)s: creating it failed',
                             {'path': self.path})
-                fileutils.delete_if_exists(self.path)
-            fileutils.delete_if_exists(self.path + TMP_SUFFIX)
+                fileops.remove(self.path)
+            fileops.remove(self.path + TMP_SUFFIX)
             journal.end()
             raise
         journal.end()

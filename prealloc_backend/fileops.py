@@ -119,6 +119,83 @@ def drop_file_page_cache(path):
         os.close(fd)
 
 
+def fsync_dir(path):
+    """fsync(2) the directory ``path``: the names created, renamed or
+    removed in it survive a power cut from now on.
+    """
+    fd = os.open(path or '.', os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync(path, denied_ok=False):
+    """fsync(2) the file at ``path``: its data and size reach the device
+    (the directory entry naming it does not: see fsync_dir).
+
+    ``denied_ok``: a file this process may not open (a disk libvirt gave
+    to the qemu user, which only the privileged daemon writes, and flushes
+    itself) is left alone: False is returned.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except PermissionError:
+        if not denied_ok:
+            raise
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def publish(tmp, final):
+    """Put the complete file ``tmp`` in place of ``final``, durably: its
+    data flushed before the rename that publishes it (a power cut never
+    leaves ``final`` naming a file whose blocks were not written), the
+    directory flushed after it (the new name survives a power cut).
+    """
+    sync(tmp)
+    os.rename(tmp, final)
+    fsync_dir(os.path.dirname(final))
+
+
+def write_file(path, data, mode=0o644):
+    """Replace the file at ``path`` with ``data`` (str or bytes) durably:
+    written aside, flushed, renamed into place, the directory flushed. A
+    reader, or a power cut, sees the old content or the new, whole.
+    """
+    if isinstance(data, str):
+        data = data.encode()
+    tmp = path + '.tmp'
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                 mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    fsync_dir(os.path.dirname(path))
+
+
+def remove(path):
+    """Unlink ``path`` if it exists, durably (the directory flushed after
+    the unlink, so that the name does not come back after a power cut).
+    True when it existed.
+    """
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    fsync_dir(os.path.dirname(path))
+    return True
+
+
 def is_unsupported(exc):
     """True when an OSError from fallocate means 'not supported here'."""
     return exc.errno in (errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS)

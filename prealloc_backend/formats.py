@@ -43,6 +43,7 @@ from oslo_utils import units
 
 from prealloc_backend import conf
 from prealloc_backend import exception
+from prealloc_backend import fileops
 from prealloc_backend import policy
 from prealloc_backend import qemu
 
@@ -243,7 +244,7 @@ def check_qcow2_disk(path):
 def record_format(path, fmt):
     """Record ``fmt`` as the format of ``path`` in its directory's
     disk.info (nova's record), replacing any entry it had: written to a
-    temporary file renamed into place, as nova writes it.
+    temporary file renamed into place, as nova writes it, durably.
     """
     disk_info_path = os.path.join(os.path.dirname(path), 'disk.info')
     lock_path = os.path.join(CONF.instances_path, 'locks')
@@ -262,11 +263,9 @@ def record_format(path, fmt):
         if dct.get(path) == fmt:
             return
         dct[path] = fmt
-        tmp = disk_info_path + '.tmp'
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        with os.fdopen(fd, 'w') as f:
-            f.write('%s\n' % json.dumps(dct))
-        os.rename(tmp, disk_info_path)
+        # Flushed before and after the rename (fileops.write_file): a power
+        # cut leaves the old record or the new, never an empty file.
+        fileops.write_file(disk_info_path, '%s\n' % json.dumps(dct))
 
     write()
 

@@ -19,9 +19,12 @@ and ends a journal around each cache() call; recover() runs first.
 import json
 import os
 import time
+import uuid
 
 from oslo_log import log as logging
-from oslo_utils import fileutils
+
+from prealloc_backend import fileops
+from prealloc_backend import formats
 
 LOG = logging.getLogger(__name__)
 
@@ -29,6 +32,19 @@ LOG = logging.getLogger(__name__)
 JOURNAL_SUFFIX = '.prealloc-journal'
 # A qcow2 overlay is created under this name and renamed when complete.
 TMP_SUFFIX = '.prealloc-tmp'
+# A raw disk converted to qcow2 is written under this name (nova's).
+CONVERT_SUFFIX = '_qcow'
+# The phases of a raw disk's conversion to qcow2 (qcow2.convert_raw):
+# 'converting' is recorded once the new file is complete and flushed,
+# before the rename that publishes it; 'ready' once that rename is on
+# the device, before disk.info is rewritten.
+CONVERTING = 'converting'
+READY = 'ready'
+# This process's mark in a conversion's journal: reconcile() leaves a
+# conversion this same process may still be carrying out (another thread
+# resolving the disk's format meanwhile) to that process. A crash ends the
+# process, so a journal left by a crash always bears another mark.
+PROCESS = uuid.uuid4().hex
 
 
 class Journal:
@@ -45,15 +61,62 @@ class Journal:
         self.disk = path
         self.path = path + JOURNAL_SUFFIX
 
-    def recover(self):
-        fileutils.delete_if_exists(self.path + '.part')
-        if not os.path.exists(self.path):
-            fileutils.delete_if_exists(self.disk + TMP_SUFFIX)
-            return
+    def _read(self):
+        """The journal's record (a dict), None when there is none, or
+        False when it is unreadable.
+        """
         try:
             with open(self.path) as f:
-                created = bool(json.load(f).get('created'))
-        except (OSError, ValueError, AttributeError):
+                record = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return False
+        return record if isinstance(record, dict) else False
+
+    def reconcile(self):
+        """Finish or roll back a raw disk's conversion to qcow2 that a
+        crash interrupted (qcow2.convert_raw): the disk and disk.info end
+        up agreeing. Called before the disk's format is read from its
+        records (backend.resolve_driver_format) and by recover().
+
+        'converting': the new file was complete and flushed; whether the
+        rename published it is told by the temporary name, never by the
+        disk's header (a guest may have written a qcow2 header into its
+        raw disk): still there, the rename did not happen: it is removed
+        and the disk stays raw. Gone: the disk is the new qcow2 file.
+        'ready': the rename is on the device. Either way disk.info then
+        says qcow2 and the journal is removed. True when it acted.
+        """
+        record = self._read()
+        if (not record or record.get('phase') not in (CONVERTING, READY) or
+                record.get('process') == PROCESS):
+            return False
+        tmp = self.disk + CONVERT_SUFFIX
+        if record['phase'] == CONVERTING and os.path.exists(tmp):
+            LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
+                        'before the new file was published: it stays raw',
+                        {'disk': self.disk})
+            fileops.remove(tmp)
+        else:
+            LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
+                        'after the new file was published: recorded qcow2',
+                        {'disk': self.disk})
+            formats.converted(self.disk, 'qcow2')
+        fileops.remove(self.path + '.part')
+        fileops.remove(self.path)
+        return True
+
+    def recover(self):
+        if self.reconcile():
+            return
+        fileops.remove(self.path + '.part')
+        if not os.path.exists(self.path):
+            fileops.remove(self.disk + TMP_SUFFIX)
+            fileops.remove(self.disk + CONVERT_SUFFIX)
+            return
+        record = self._read()
+        if record is False:
             # NOTE: begin() completes (written, fsynced, renamed) before
             # the work on the disk starts, so an unreadable journal means a
             # crash inside begin(): whatever disk is there was not made by
@@ -61,28 +124,50 @@ class Journal:
             LOG.warning('Unreadable journal %(journal)s: keeping %(disk)s',
                         {'journal': self.path, 'disk': self.disk})
             created = False
+        else:
+            created = bool((record or {}).get('created'))
         if created and os.path.exists(self.disk):
             LOG.warning('Removing %(disk)s: its creation was interrupted '
                         '(journal %(journal)s found); it will be created '
                         'again', {'disk': self.disk, 'journal': self.path})
-            fileutils.delete_if_exists(self.disk)
-        fileutils.delete_if_exists(self.disk + TMP_SUFFIX)
-        fileutils.delete_if_exists(self.path)
+            fileops.remove(self.disk)
+        fileops.remove(self.disk + TMP_SUFFIX)
+        # A conversion's file (nova's, or qcow2.convert_raw's) that a crash
+        # left before its journal said 'converting': never published.
+        fileops.remove(self.disk + CONVERT_SUFFIX)
+        # Last, once the removals above are on the device: a crash before
+        # it finds the journal again and does the same.
+        fileops.remove(self.path)
 
-    def begin(self, created):
-        # Written aside and renamed: a journal is complete or absent.
+    def _write(self, record):
+        # Written aside, flushed and renamed, the directory flushed: a
+        # journal is complete or absent, before and after a power cut.
+        record = dict(record, pid=os.getpid(), time=time.time())
         partial = self.path + '.part'
         with open(partial, 'w') as f:
-            json.dump({'created': created, 'pid': os.getpid(),
-                       'time': time.time()}, f)
+            json.dump(record, f)
             f.flush()
             os.fsync(f.fileno())
         os.rename(partial, self.path)
-        directory = os.open(os.path.dirname(self.path) or '.', os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        fileops.fsync_dir(os.path.dirname(self.path))
+
+    def begin(self, created):
+        self._write({'created': created})
+
+    def phase(self, phase):
+        """Record a conversion's phase (CONVERTING, READY): see
+        reconcile().
+        """
+        self._write({'created': False, 'phase': phase, 'process': PROCESS})
 
     def end(self):
-        fileutils.delete_if_exists(self.path)
+        """The work on the disk is done: the disk is flushed (whatever
+        made or grew it: nova's copy and truncate, qemu-img, the daemon),
+        then the journal removed durably. A journal that came back after
+        a power cut would make the next cache() remove a disk it
+        finished; a journal removed before the disk was flushed would
+        leave a disk a power cut cut short.
+        """
+        if os.path.isfile(self.disk):
+            fileops.sync(self.disk, denied_ok=True)
+        fileops.remove(self.path)

@@ -32,6 +32,7 @@ from oslo_utils import fileutils
 
 from prealloc_backend import exception
 from prealloc_backend import fileops
+from prealloc_backend import formats
 from prealloc_backend import journal
 from prealloc_backend import policy
 from prealloc_backend import qemu
@@ -74,7 +75,7 @@ def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
                             timeout=timeout)
         qemu.check_overlay(tmp, virtual_size, base, plan)
         _drop_zeros(tmp, plan)
-        os.rename(tmp, path)
+        fileops.publish(tmp, path)
     LOG.info('Created %(path)s: qcow2 overlay of %(base)s, %(size)d bytes, '
              'preallocation=%(prealloc)s, cluster_size=%(cluster)d, '
              'extended_l2=%(ext)s in %(secs).2f s',
@@ -94,6 +95,9 @@ def grow(path, old_size, plan, timeout=None):
              {'path': path, 'old': old_size, 'new': size,
               'prealloc': plan.preallocation.value})
     qemu.resize(path, 'qcow2', size, plan.preallocation, timeout=timeout)
+    # qemu-img flushes what it wrote; flushed again here, so that the
+    # grown disk is on the device when the journal is removed.
+    fileops.sync(path)
     grown = qemu.info(path, 'qcow2')['virtual-size']
     if grown < size:
         raise exception.QemuImgOutputError(
@@ -117,11 +121,14 @@ def relayout_overlay(path, backing, backing_fmt, plan, timeout=None):
         return False
     tmp = path + journal.TMP_SUFFIX
     with fileutils.remove_path_on_error(tmp):
-        qemu.convert(path, 'qcow2', tmp, plan, backing_file=backing,
-                     backing_fmt=backing_fmt, timeout=timeout or None)
+        qemu.convert(path, 'qcow2', tmp, plan, 'writeback',
+                     backing_file=backing, backing_fmt=backing_fmt,
+                     timeout=timeout or None)
         qemu.compare(path, tmp)
         _drop_zeros(tmp, plan)
-        os.rename(tmp, path)
+        # The new file flushed before it replaces the guest's only copy,
+        # the directory after.
+        fileops.publish(tmp, path)
     LOG.info('Rewrote %(path)s with extended_l2, cluster_size=%(cluster)d'
              ' and preallocation=%(prealloc)s before growing it',
              {'path': path, 'cluster': plan.cluster_size,
@@ -132,20 +139,31 @@ def relayout_overlay(path, backing, backing_fmt, plan, timeout=None):
 def convert_raw(path, plan, timeout=None):
     """Convert the raw disk at ``path`` in place into a standalone qcow2
     disk laid out as ``plan`` says (through ``<path>_qcow``, nova's name
-    for it, renamed into place when complete).
+    for it, renamed into place when complete), and record it qcow2 in
+    disk.info.
+
+    The disk and its record change in an order a crash at any point
+    leaves recoverable (journal.Journal.reconcile): the new file is
+    flushed, the journal says 'converting', the rename is flushed, the
+    journal says 'ready', disk.info says qcow2, the journal is removed.
     """
-    tmp = path + '_qcow'
+    tmp = path + journal.CONVERT_SUFFIX
+    record = journal.Journal(path)
     try:
-        qemu.convert(path, 'raw', tmp, plan, uncached=True,
+        qemu.convert(path, 'raw', tmp, plan, 'none',
                      timeout=timeout or None, path=path)
         # NOTE: -t none keeps the copied data out of the page cache, not
         # the zeros of preallocation=full, written when the file is made.
         _drop_zeros(tmp, plan)
+        fileops.sync(tmp)
+        record.phase(journal.CONVERTING)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        fileops.remove(tmp)
         raise
-    os.rename(tmp, path)
+    fileops.publish(tmp, path)
+    record.phase(journal.READY)
+    formats.converted(path, 'qcow2')
+    record.end()
     LOG.info('Converted %(path)s from raw to qcow2 with '
              'preallocation=%(prealloc)s, cluster_size=%(cluster)d',
              {'path': path, 'prealloc': plan.preallocation.value,

@@ -184,18 +184,30 @@ def resize(path, fmt, size, preallocation, timeout=None):
     execute(*args, heavy=preallocation.heavy, timeout=timeout, path=path)
 
 
-def convert(src, src_fmt, dst, layout, backing_file=None, backing_fmt=None,
-            uncached=False, timeout=None, path=None):
+# Destination cache modes of ``qemu-img convert`` that honour flushes:
+# qemu-img's own default for convert, 'unsafe', ignores them (the image's
+# tables may never reach the device before the file is published).
+CONVERT_CACHE_MODES = ('none', 'writeback')
+
+
+def convert(src, src_fmt, dst, layout, cache, backing_file=None,
+            backing_fmt=None, timeout=None, path=None):
     """``qemu-img convert`` of ``src`` (format ``src_fmt``) into a new qcow2
     file ``dst`` with ``layout`` (a DiskPlan: cluster_size, extended_l2,
     preallocation): a standalone disk, or with ``backing_file`` (format
     ``backing_fmt``) an overlay holding only what ``src`` does not read
-    from it (``-B``). ``uncached``: ``-t none``, written past the host's
-    page cache. ``path`` names the disk a timeout fails (default ``dst``).
+    from it (``-B``). ``cache`` is the destination's cache mode (``-t``),
+    required: ``none`` (written past the host's page cache) or
+    ``writeback``, both of which honour flushes; the caller still fsyncs
+    ``dst`` before publishing it (fileops.publish). ``path`` names the disk
+    a timeout fails (default ``dst``).
     """
-    args = ['convert']
-    if uncached:
-        args += ['-t', 'none']
+    if cache not in CONVERT_CACHE_MODES:
+        raise exception.QemuImgError(
+            cmd='qemu-img convert %s' % dst, exit_code=None,
+            stderr='refused: cache mode %r is not one of %s'
+                   % (cache, ', '.join(CONVERT_CACHE_MODES)))
+    args = ['convert', '-t', cache]
     args += ['-f', src_fmt, '-O', 'qcow2']
     if backing_file is not None:
         args += ['-B', backing_file, '-F', backing_fmt]

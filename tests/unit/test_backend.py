@@ -37,6 +37,7 @@ from prealloc_backend import allocate
 from prealloc_backend import backend
 from prealloc_backend import exception
 from prealloc_backend import formats
+from prealloc_backend import journal
 from prealloc_backend import qemu
 from tests import base
 from tests import fixtures as pb_fixtures
@@ -752,3 +753,32 @@ class TestFormatFromRecords(base.BackendTestCase):
         self.assertRaises(exception.QemuImgError, qemu.info, self.secret,
                           None)
         self.assertEqual([], self.qemu_cmds)
+
+
+class InterruptedConversionTestCase(base.BackendTestCase):
+    """A raw disk's conversion to qcow2 killed after the rename, before
+    disk.info was rewritten (issue 31, finding 2): the backend reconciles
+    before it reads the format, and never grows the qcow2 file as raw.
+    """
+
+    def test_converted_file_recorded_raw_is_finished_and_grown_as_qcow2(self):
+        img = self.image('raw', 'space', use_cow=False)
+        os.makedirs(os.path.dirname(img.path), exist_ok=True)
+        pb_fixtures.make_base(img.path, 'raw', base.BASE, 3)
+        formats.record_format(img.path, 'raw')
+        tmp = img.path + journal.CONVERT_SUFFIX
+        subprocess.run(['qemu-img', 'convert', '-f', 'raw', '-O', 'qcow2',
+                        img.path, tmp], check=True, capture_output=True)
+        with open(img.path + journal.JOURNAL_SUFFIX, 'w') as f:
+            json.dump({'created': False, 'phase': journal.READY,
+                       'process': 'killed'}, f)
+        os.rename(tmp, img.path)
+        flat = backend.Backend(False).by_name(
+            self.instance, 'disk', 'raw', disk_info_mapping=base.MAPPING)
+        self.assertEqual('qcow2', flat.driver_format)
+        self.assertEqual('qcow2', formats.disk_info_format(
+            flat.disk_info_path, flat.path))
+        self.assertFalse(os.path.exists(img.path + journal.JOURNAL_SUFFIX))
+        flat.resize_image(base.DISK)
+        self.assertEqual(base.DISK,
+                         pb_fixtures.qemu_img_info(img.path)['virtual-size'])

@@ -285,3 +285,85 @@ class ZeroFillTestCase(FileCase):
         current = bytes(2 * g) + b'\x01' + bytes(g - 1) + bytes(g)
         self.assertEqual([(100, 2 * g), (100 + 3 * g, g)],
                          list(fileops._zero_runs(current, 100)))
+
+
+class DurableTestCase(FileCase):
+    """publish, write_file and remove: the order of the system calls a
+    power cut depends on (what survives one: tests/crash).
+    """
+
+    def record(self):
+        calls = []
+        real_fsync, real_rename, real_unlink = os.fsync, os.rename, os.unlink
+
+        def fsync(fd):
+            st = os.fstat(fd)
+            calls.append(('fsync', 'dir' if os.path.isdir(
+                '/proc/self/fd/%d' % fd) else st.st_size))
+            return real_fsync(fd)
+
+        def rename(src, dst):
+            calls.append(('rename', os.path.basename(dst)))
+            return real_rename(src, dst)
+
+        def unlink(path):
+            calls.append(('unlink', os.path.basename(path)))
+            return real_unlink(path)
+
+        for name, func in (('fsync', fsync), ('rename', rename),
+                           ('unlink', unlink)):
+            self.useFixture(fixtures.MockPatchObject(fileops.os, name,
+                                                     func))
+        return calls
+
+    def test_publish_flushes_the_file_then_renames_then_the_dir(self):
+        tmp, final = (os.path.join(self.dir, n) for n in ('t', 'f'))
+        with open(tmp, 'wb') as f:
+            f.write(b'new' * 100)
+        with open(final, 'wb') as f:
+            f.write(b'old')
+        calls = self.record()
+        fileops.publish(tmp, final)
+        self.assertEqual([('fsync', 300), ('rename', 'f'), ('fsync', 'dir')],
+                         calls)
+        with open(final, 'rb') as f:
+            self.assertEqual(b'new' * 100, f.read())
+        self.assertEqual(['f'], os.listdir(self.dir))
+
+    def test_write_file_replaces_whole_and_leaves_nothing_aside(self):
+        path = os.path.join(self.dir, 'disk.info')
+        fileops.write_file(path, 'old')
+        calls = self.record()
+        fileops.write_file(path, '{"a": "b"}\n')
+        self.assertEqual([('fsync', 11), ('rename', 'disk.info'),
+                          ('fsync', 'dir')], calls)
+        with open(path) as f:
+            self.assertEqual('{"a": "b"}\n', f.read())
+        self.assertEqual(['disk.info'], os.listdir(self.dir))
+
+    def test_remove_flushes_the_dir_after_the_unlink(self):
+        path = os.path.join(self.dir, 'j')
+        with open(path, 'wb'):
+            pass
+        calls = self.record()
+        self.assertTrue(fileops.remove(path))
+        self.assertEqual([('unlink', 'j'), ('fsync', 'dir')], calls)
+        self.assertFalse(fileops.remove(path))
+        self.assertEqual([('unlink', 'j'), ('fsync', 'dir'), ('unlink', 'j')],
+                         calls)
+
+    def test_fsync_dir_of_a_file_is_refused(self):
+        path = os.path.join(self.dir, 'f')
+        with open(path, 'wb'):
+            pass
+        self.assertRaises(NotADirectoryError, fileops.fsync_dir, path)
+
+    def test_sync_of_a_file_this_process_may_not_open(self):
+        path = os.path.join(self.dir, 'qemu-owned')
+        with open(path, 'wb'):
+            pass
+        denied = PermissionError(errno.EACCES, 'denied')
+        self.useFixture(fixtures.MockPatchObject(
+            fileops.os, 'open', side_effect=denied))
+        self.assertFalse(fileops.sync(path, denied_ok=True))
+        self.assertRaises(PermissionError, fileops.sync, path)

@@ -26,6 +26,7 @@ from oslo_utils import units
 
 from prealloc_backend import exception
 from prealloc_backend import fileops
+from prealloc_backend import formats
 from prealloc_backend import journal
 from prealloc_backend import policy
 from prealloc_backend import qcow2
@@ -242,3 +243,37 @@ class TestConvertRaw(Qcow2TestCase):
                           self.disk, _plan(units.Mi, Prealloc.OFF))
         self.assertEqual(before, pb_fixtures.sha256_of(self.disk))
         self.assertFalse(os.path.exists(self.disk + '_qcow'))
+
+    def test_records_qcow2_through_the_journal_s_phases(self):
+        # The order a crash depends on (every crash point: tests/crash):
+        # the new file flushed, 'converting', the flushed rename, 'ready',
+        # disk.info says qcow2, the journal removed.
+        pb_fixtures.write_pattern(self.disk, units.Mi, seed=7)
+        formats.record_format(self.disk, 'raw')
+        steps = []
+        real_phase, real_publish = journal.Journal.phase, fileops.publish
+        real_converted = formats.converted
+
+        def phase(record, name):
+            steps.append(name)
+            return real_phase(record, name)
+
+        def publish(tmp, final):
+            steps.append('publish')
+            return real_publish(tmp, final)
+
+        def converted(path, fmt):
+            steps.append('record %s' % fmt)
+            return real_converted(path, fmt)
+
+        for target, name, func in ((journal.Journal, 'phase', phase),
+                                   (fileops, 'publish', publish),
+                                   (formats, 'converted', converted)):
+            self.useFixture(fixtures.MockPatchObject(target, name, func))
+        qcow2.convert_raw(self.disk, _plan(units.Mi, Prealloc.OFF))
+        self.assertEqual([journal.CONVERTING, 'publish', journal.READY,
+                          'record qcow2'], steps)
+        self.assertEqual('qcow2', formats.disk_info_format(
+            os.path.join(os.path.dirname(self.disk), 'disk.info'),
+            self.disk))
+        self.assertFalse(os.path.exists(self.disk + journal.JOURNAL_SUFFIX))

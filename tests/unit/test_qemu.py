@@ -100,7 +100,7 @@ class TestConvert(base.TestCase):
         qemu.convert(self.src, 'raw', self.dst,
                      _Layout(cluster_size=128 * units.Ki, extended_l2=True,
                              preallocation=Prealloc.METADATA),
-                     uncached=True)
+                     'none')
         info = pb_fixtures.qemu_img_info(self.dst)
         self.assertEqual('qcow2', info['format'])
         self.assertEqual(128 * units.Ki, info['cluster-size'])
@@ -114,7 +114,7 @@ class TestConvert(base.TestCase):
         qemu.convert(self.src, 'raw', self.dst,
                      _Layout(cluster_size=128 * units.Ki, extended_l2=False,
                              preallocation=Prealloc.OFF),
-                     uncached=True)
+                     'none')
         with open(log) as f:
             argv = f.read().split('\n')[:-1]
         self.assertEqual(
@@ -129,7 +129,7 @@ class TestConvert(base.TestCase):
                        capture_output=True)
         qemu.convert(overlay, 'qcow2', self.dst,
                      _Layout(extended_l2=False, preallocation=Prealloc.OFF),
-                     backing_file=self.src, backing_fmt='raw')
+                     'writeback', backing_file=self.src, backing_fmt='raw')
         info = pb_fixtures.qemu_img_info(self.dst)
         self.assertEqual(self.src, info['backing-filename'])
         self.assertFalse(info['format-specific']['data']['extended-l2'])
@@ -140,8 +140,18 @@ class TestConvert(base.TestCase):
         exc = self.assertRaises(
             exception.QemuImgError, qemu.convert,
             os.path.join(self.instances_path, 'absent'), 'raw', self.dst,
-            _Layout())
+            _Layout(), 'none')
         self.assertIn('convert', str(exc))
+        self.assertFalse(os.path.exists(self.dst))
+
+    def test_a_cache_mode_ignoring_flushes_is_refused(self):
+        # qemu-img's default for convert ('unsafe') drops flushes: the
+        # caller must name one that honours them.
+        for cache in ('unsafe', None, 'writethrough,x'):
+            exc = self.assertRaises(
+                exception.QemuImgError, qemu.convert, self.src, 'raw',
+                self.dst, _Layout(), cache)
+            self.assertIn('cache mode', str(exc))
         self.assertFalse(os.path.exists(self.dst))
 
 
