@@ -63,13 +63,20 @@ class Host:
     """One compute host, as nova.conf and the machine describe it."""
 
     def __init__(self, conf, config_args=(), disk_size=0,
-                 qemu_conf=QEMU_CONF):
+                 qemu_conf=QEMU_CONF, nova_user=None):
         self.conf = conf
         # The oslo.config arguments the configuration was parsed from.
         self.config_args = list(config_args)
         # Size of the new disk the free-space check must fit.
         self.disk_size = disk_size
         self.qemu_conf = qemu_conf
+        # The name of the user nova-compute runs as (--nova-user), or None:
+        # checks/instances.py finds it from what that user cannot swap.
+        self.nova_user = nova_user
+        # What the first instances_path check saw (checks/instances.py):
+        # (pinned facts or None, refusal or None).
+        self.pin_seen = (None, None)
+        self.nova_user_problem = None
         # '[group] name' of each option whose value is invalid (filled by
         # the options check, read when a later check trips on one).
         self.invalid_options = []

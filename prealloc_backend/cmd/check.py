@@ -226,6 +226,11 @@ def add_arguments(parser):
         help="libvirt's qemu.conf on this host (default %s)."
              % check_host.QEMU_CONF)
     parser.add_argument(
+        '--nova-user', metavar='NAME',
+        help='The user nova-compute runs as, against whom the check judges '
+             'what root runs. Default: the owner of instances_path (no '
+             'symlink followed), else of [DEFAULT] state_path.')
+    parser.add_argument(
         '--verbose', action='store_true',
         help='Print the log lines of the plugin and nova on stderr.')
 
@@ -245,7 +250,8 @@ def run(args):
     else:
         host = check_host.Host(
             conf, oslo_args(args.config_file, args.config_dir),
-            args.disk_size, qemu_conf=args.qemu_conf)
+            args.disk_size, qemu_conf=args.qemu_conf,
+            nova_user=args.nova_user)
         results = HostChecks(host).run_checks()
         files = list(conf.config_file or []) + list(conf.config_dir or [])
     if args.json:
