@@ -159,6 +159,11 @@ class HostChecks(upgradecheck.UpgradeCommands):
             except owner.UnsafeDirectory as exc:
                 res = result.failure('Not checked: %s' % exc,
                                      'See the message.')
+            except owner.StepTimedOut as exc:
+                res = result.failure(
+                    'Not checked: %s.' % exc.message,
+                    'Run the check again; if it times out again, find what '
+                    'stops or slows processes of %s.' % exc.user)
             except owner.StepFailed as exc:
                 res = result.failure(
                     'Not checked: the probe in instances_path, run as %s, '
