@@ -71,13 +71,13 @@ SWAP_ROUNDS = 2
 # NOTE: kill(-1) walks every task of the host; looping on after the hit
 # would slow the rest of the check (and the machine) for nothing.
 SIGNALLER = r'''
-import os, signal, sys
+import os, signal, sys, time
 sig = getattr(signal, sys.argv[1])
 watch = sys.argv[2]
 if watch:
     while not any(n.startswith('.prealloc-check-')
                   for n in os.listdir(watch)):
-        pass
+        time.sleep(0.001)
 print('armed', flush=True)
 while True:
     try:
