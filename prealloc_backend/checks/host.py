@@ -102,8 +102,9 @@ class Host:
         fallocate (a real probe) and free_bytes (f_bavail * f_frsize).
         """
         if isinstance(self._fs, Exception):
-            # Measured once, failed once: a step that timed out is not
-            # waited for again by every check that needs the facts.
+            # Measured once, failed once: a step that failed or timed out
+            # (stopped, killed) is not run or waited for again by every
+            # check that needs the facts.
             raise self._fs
         if self._fs is None:
             path = os.path.abspath(self.conf.instances_path)
@@ -122,7 +123,7 @@ class Host:
                 }
                 fs['fallocate'] = probe_fallocate(fd, directory)
                 self._fs = fs
-            except owner.StepTimedOut as exc:
+            except owner.StepFailed as exc:
                 self._fs = exc
                 raise
             finally:

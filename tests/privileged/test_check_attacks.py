@@ -25,7 +25,9 @@ stdlib only).
   time of a clean run plus the step's deadline, with a Failure naming the
   step. The deadlines (checks/host.py FALLOCATE_DEADLINE, checks/
   qemu_img.py OVERLAY_DEADLINE) are set to STEP_DEADLINE seconds in the
-  check's process (``python -c`` setting them, then running the command).
+  check's process (``python -c`` setting them, then running the command),
+  which also makes the fallocate(2) probe a second slower, so that the
+  attacker's signal reliably lands while it runs.
 - instances_path: while the check runs, the attacker renames it away and
   puts a symlink (to a root-owned directory), a root-owned directory or a
   regular file in its place (or a fresh directory of its own, the
@@ -65,27 +67,55 @@ CHECK_TIMEOUT = 300
 # Rounds of each instances_path swap.
 SWAP_ROUNDS = 2
 
-# Stop or kill every process the attacker may signal, in a tight loop
-# (a step lives for milliseconds) until it hit one, optionally once the
-# check's overlay step has made its scratch directory in instances_path.
-# NOTE: kill(-1) walks every task of the host; looping on after the hit
-# would slow the rest of the check (and the machine) for nothing.
+# Stop or kill the processes that run as the attacker (the check's step
+# and what it runs), found in /proc by their real uid (a process that
+# dropped from root is not dumpable: its /proc directory stays root's),
+# optionally once the check's overlay step has made its scratch directory
+# in instances_path. Prints each process signalled and its state after.
+# NOTE: not kill(-1, sig): it succeeds whenever any other process exists,
+# so it cannot tell the attacker that it hit the step.
 SIGNALLER = r'''
 import os, signal, sys, time
 sig = getattr(signal, sys.argv[1])
 watch = sys.argv[2]
+me, myself = os.getuid(), os.getpid()
+def mine():
+    found = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit() or int(entry) == myself:
+            continue
+        try:
+            with open('/proc/%s/status' % entry) as f:
+                fields = dict(line.split(':', 1) for line in f)
+        except (OSError, ValueError):
+            continue
+        if int(fields['Uid'].split()[0]) == me and \
+                not fields['State'].strip().startswith(('Z', 'X')):
+            found.append(int(entry))
+    return found
 if watch:
     while not any(n.startswith('.prealloc-check-')
                   for n in os.listdir(watch)):
         time.sleep(0.001)
 print('armed', flush=True)
 while True:
+    pids = mine()
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    if pids:
+        break
+    time.sleep(0.001)
+time.sleep(0.1)
+for pid in pids:
     try:
-        os.kill(-1, sig)
-    except ProcessLookupError:
-        continue
-    break
-print('hit', flush=True)
+        with open('/proc/%d/stat' % pid) as f:
+            state = f.read().rsplit(')', 1)[1].split()[0]
+    except OSError:
+        state = 'gone'
+    print('hit', pid, state, flush=True)
 '''
 
 # Rename instances_path away and put something else in its place, after
@@ -111,14 +141,24 @@ elif kind == 'nova':
 print(time.monotonic(), flush=True)
 '''
 
-# The check with its steps' deadlines set to argv[1] seconds.
+# The check with its steps' deadlines set to argv[1] seconds, and its
+# fallocate(2) probe made argv[2] seconds slower (a slow filesystem): the
+# probe itself takes a millisecond, and a signal that lands while its
+# child exits changes nothing.
 CHECK_WITH_DEADLINE = r'''
-import sys
+import sys, time
 from prealloc_backend.checks import host, qemu_img
 host.FALLOCATE_DEADLINE = qemu_img.OVERLAY_DEADLINE = float(sys.argv[1])
+slow, step = float(sys.argv[2]), host._fallocate_step
+def slowed(fd):
+    time.sleep(slow)
+    return step(fd)
+host._fallocate_step = slowed
 from prealloc_backend.cmd import main
-sys.exit(main.main(sys.argv[2:]))
+sys.exit(main.main(sys.argv[3:]))
 '''
+# Seconds the fallocate(2) probe is slowed down by in those runs.
+SLOW_PROBE = 1
 
 
 class CheckAttackTestCase(test_privsep_daemon_root.DaemonMixin,
@@ -158,7 +198,8 @@ class CheckAttackTestCase(test_privsep_daemon_root.DaemonMixin,
         if deadline is None:
             cmd = [sys.executable, '-m', 'prealloc_backend.cmd.main']
         else:
-            cmd = [sys.executable, '-c', CHECK_WITH_DEADLINE, str(deadline)]
+            cmd = [sys.executable, '-c', CHECK_WITH_DEADLINE, str(deadline),
+                   str(SLOW_PROBE)]
         cmd += ['check', '--config-file', self.conf_path, '--json']
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -189,8 +230,15 @@ class StoppedStepsTestCase(CheckAttackTestCase):
         if not watch:
             self.assertEqual('armed', attacker.stdout.readline().strip())
         checks, code, took = self.run_check(STEP_DEADLINE)
-        out, _err = attacker.communicate(timeout=60)
-        self.assertIn('hit', out)
+        out, err = attacker.communicate(timeout=60)
+        self.assertEqual(0, attacker.returncode, err)
+        # Stopped (T) or killed (gone) while it ran.
+        hits = [line.split() for line in out.splitlines()
+                if line.startswith('hit ')]
+        self.assertTrue(hits, out)
+        for _hit, _pid, state in hits:
+            self.assertIn(state, ('T', 'gone'), out)
+        self.attacker_said = out
         self.assertEqual(2, code)
         # Ended within a clean run's time plus one deadline (the first
         # timed-out step is not waited for again) and the reaping.
@@ -212,7 +260,8 @@ class StoppedStepsTestCase(CheckAttackTestCase):
     def test_killed_fallocate_probe(self):
         checks = self.attacked('SIGKILL')
         res = checks['Instances filesystem']
-        self.assertEqual('Failure', res['status'], res['details'])
+        self.assertEqual('Failure', res['status'],
+                         res['details'] + self.attacker_said)
         self.assertIn('the fallocate(2) probe in %s ended (wait status 9) '
                       'without an answer' % self.instances, res['details'])
 
