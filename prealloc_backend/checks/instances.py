@@ -193,7 +193,11 @@ def check_pin(host):
             source)
     if refusal is not None:
         res = _refused(configured, refusal)
-        res.details += ' ' + (user_text or 'And %s.' % host.nova_user_problem)
+        res.details += ' ' + (
+            user_text or 'Nor does state_path %r tell who the nova user is '
+                         '(not a directory of a user other than root beneath '
+                         'directories only root controls).'
+            % getattr(host.conf, 'state_path', None))
         return res
     facts = {'instances_path': configured, 'pinned': True,
              'owner_uid': pinned['uid']}

@@ -181,7 +181,8 @@ class PinCheckTestCase(PinBase):
                                 instances.nova_user, host)
         self.assertIn('cannot tell who the nova user is', str(exc))
         res = instances.check_pin(host)
-        self.assertIn('And cannot tell who the nova user is', res.details)
+        self.assertIn('Nor does state_path %r tell who the nova user is'
+                      % self.tmp, res.details)
 
 
 class PinAgainTestCase(PinBase):
