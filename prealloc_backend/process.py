@@ -12,7 +12,10 @@
 
 """The one way prealloc_backend runs a process: :func:`execute` for a
 command, :func:`call_in_child` for a Python function in a forked child (the
-check's steps run as another user, checks/owner.py).
+check's steps run as another user, checks/owner.py). Either way a process
+root starts has a deadline: ``call_in_child`` requires one (the user a
+child drops to can stop it with SIGSTOP; past the deadline it is killed
+with SIGKILL by its PID and reaped).
 
 Everything the plugin runs (qemu-img for nova-compute, fallocate
 --dig-holes after a migration, the host checks, the benchmark's tools and
@@ -50,8 +53,11 @@ does its work with system calls only.
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 import traceback
 
 from oslo_concurrency import processutils
@@ -168,14 +174,58 @@ def _answer_from_child(func, args, answer):
         os._exit(status)
 
 
-def call_in_child(func, *args, max_answer=1 << 20):
+def _reap(pid, wait):
+    """waitpid(pid) for at most ``wait`` seconds; the wait status, or None
+    when the process is still there (stuck in the kernel).
+    """
+    end = time.monotonic() + wait
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() >= end:
+            return None
+        time.sleep(0.01)
+
+
+def _kill_child(pid):
+    """SIGKILL the unreaped child ``pid`` (its PID cannot be reused before
+    it is reaped; a stopped process dies of SIGKILL too, which no user can
+    block or catch), then reap it within KILL_WAIT seconds.
+    """
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    status = _reap(pid, KILL_WAIT)
+    if status is None:
+        LOG.warning('%(pid)d still alive %(wait)d s after SIGKILL '
+                    '(uninterruptible?); not waiting longer',
+                    {'pid': pid, 'wait': KILL_WAIT})
+    return status
+
+
+def call_in_child(func, *args, deadline, what=None, max_answer=1 << 20):
     """Run ``func(*args)`` in a forked child (which may drop privileges:
     nothing of it comes back but its answer) and return ``(reply,
     wait_status)``: reply is ``{'result': what func returned}`` (anything
     JSON carries), ``{'error': class name, 'message': ..., 'traceback':
     ...}`` when it raised, or None when the child ended without a readable
     answer or answered more than ``max_answer`` bytes.
+
+    ``deadline`` (seconds, required): the child must have answered and
+    ended by then. A child that dropped to another user can be stopped
+    (SIGSTOP) or slowed down by that user; past the deadline it is killed
+    with SIGKILL by its PID and reaped, and ProcessTimeout is raised
+    naming ``what`` (default: the function's name). Whatever else ends the
+    wait (KeyboardInterrupt, any exception) kills and reaps it the same
+    way before propagating.
     """
+    if not deadline or deadline <= 0:
+        raise ValueError('call_in_child needs a positive deadline, got %r'
+                         % (deadline,))
+    what = what or getattr(func, '__name__', repr(func))
+    end = time.monotonic() + deadline
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -184,9 +234,17 @@ def call_in_child(func, *args, max_answer=1 << 20):
         os.close(read_end)
         _answer_from_child(func, args, write_end)
     os.close(write_end)
+    reaped = False
     chunks, size = [], 0
     try:
+        poller = select.poll()
+        poller.register(read_end, select.POLLIN | select.POLLHUP)
         while True:
+            left = end - time.monotonic()
+            if left <= 0 or not poller.poll(max(1, int(left * 1000))):
+                if time.monotonic() < end:
+                    continue
+                raise exception.ProcessTimeout(cmd=what, timeout=deadline)
             chunk = os.read(read_end, 65536)
             if not chunk:
                 break
@@ -195,9 +253,20 @@ def call_in_child(func, *args, max_answer=1 << 20):
                 chunks = None
                 break
             chunks.append(chunk)
+        # The answer is complete (or too long): the child must still end
+        # by the deadline (it may be stopped right after writing it).
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                reaped = True
+                break
+            if time.monotonic() >= end:
+                raise exception.ProcessTimeout(cmd=what, timeout=deadline)
+            time.sleep(0.01)
     finally:
         os.close(read_end)
-        _pid, status = os.waitpid(pid, 0)
+        if not reaped:
+            _kill_child(pid)
     if chunks is None:
         return None, status
     try:

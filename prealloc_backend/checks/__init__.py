@@ -18,6 +18,9 @@ one concern, reading the configuration and shared facts from ``host``
 
 - config.py: option values valid; the effective mode and the plan for it.
 - compute_driver.py: compute_driver loads the plugin as nova-compute will.
+- instances.py: instances_path against the privileged daemon's own pin
+  rules (the function the daemon calls), first and again after every
+  other check; who the nova user is.
 - filesystem.py: fallocate(2) on instances_path (a real probe); free space
   for a new disk as the plan sizes it.
 - qemu_img.py: qemu-img's version; a real extended_l2 overlay made and
@@ -40,6 +43,7 @@ from prealloc_backend.checks import compute_driver
 from prealloc_backend.checks import config
 from prealloc_backend.checks import discard
 from prealloc_backend.checks import filesystem
+from prealloc_backend.checks import instances
 from prealloc_backend.checks import libvirtd
 from prealloc_backend.checks import privsep
 from prealloc_backend.checks import qemu_img
@@ -48,6 +52,7 @@ CHECKS = (
     ('Configuration', config.check_options),
     ('Effective mode', config.check_mode),
     ('Compute driver', compute_driver.check_compute_driver),
+    ('Instances path', instances.check_pin),
     ('Instances filesystem', filesystem.check_filesystem),
     ('Free space', filesystem.check_free_space),
     ('qemu-img', qemu_img.check_qemu_img),
@@ -55,4 +60,6 @@ CHECKS = (
     ('libvirt disk ownership', libvirtd.check_ownership),
     ('libvirt metadata cache', libvirtd.check_metadata_cache),
     ('Guest discard', discard.check_guest_discard),
+    # After every other check: a swap while they ran is caught.
+    ('Instances path, at the end', instances.check_pin_again),
 )

@@ -26,6 +26,8 @@ directory (the nova user) when root runs the check (checks/host.py,
 checks/owner.py).
 """
 
+import os
+
 from oslo_utils import units
 
 from prealloc_backend.checks import result
@@ -42,8 +44,11 @@ EXTENT_FILESYSTEMS = 'ext4 (with extents), xfs'
 def _where(fs):
     where = '%s (%s)' % (fs['instances_path'], fs['fs_type'])
     if not fs['exists']:
-        where += (' - does not exist yet, nova creates it; measured on %s'
-                  % fs['directory'])
+        if os.path.lexists(fs['instances_path']):
+            what = 'is not a directory (see the Instances path check)'
+        else:
+            what = 'does not exist yet, nova creates it'
+        where += ' - %s; measured on %s' % (what, fs['directory'])
     return where
 
 

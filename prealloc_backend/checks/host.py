@@ -37,6 +37,9 @@ from prealloc_backend import policy
 
 # Where libvirt's QEMU driver reads its configuration.
 QEMU_CONF = '/etc/libvirt/qemu.conf'
+# Seconds the fallocate(2) probe's child may take (a few system calls on a
+# 1 MiB file; the nova user can stop it, owner.run_in then kills it).
+FALLOCATE_DEADLINE = 60
 
 
 def _fallocate_step(fd):
@@ -47,23 +50,33 @@ def _fallocate_step(fd):
 def probe_fallocate(fd, directory):
     """fsprobe's fallocate(2) probe in the directory ``fd``, run by
     owner.run_in: as the directory's owner when root runs the check.
-    Raises owner.UnsafeDirectory or owner.StepFailed.
+    Raises owner.UnsafeDirectory or owner.StepFailed (StepTimedOut past
+    FALLOCATE_DEADLINE).
     """
     creds = owner.credentials_for(fd, directory)
-    return bool(owner.run_in(fd, directory, _fallocate_step, creds=creds))
+    return bool(owner.run_in(fd, directory, _fallocate_step, creds=creds,
+                             deadline=FALLOCATE_DEADLINE,
+                             what='the fallocate(2) probe'))
 
 
 class Host:
     """One compute host, as nova.conf and the machine describe it."""
 
     def __init__(self, conf, config_args=(), disk_size=0,
-                 qemu_conf=QEMU_CONF):
+                 qemu_conf=QEMU_CONF, nova_user=None):
         self.conf = conf
         # The oslo.config arguments the configuration was parsed from.
         self.config_args = list(config_args)
         # Size of the new disk the free-space check must fit.
         self.disk_size = disk_size
         self.qemu_conf = qemu_conf
+        # The name of the user nova-compute runs as (--nova-user), or None:
+        # checks/instances.py finds it from what that user cannot swap.
+        self.nova_user = nova_user
+        # What the first instances_path check saw (checks/instances.py):
+        # (pinned facts or None, refusal or None).
+        self.pin_seen = (None, None)
+        self.nova_user_problem = None
         # '[group] name' of each option whose value is invalid (filled by
         # the options check, read when a later check trips on one).
         self.invalid_options = []
@@ -88,6 +101,11 @@ class Host:
         nearest existing directory, where the facts are measured), fs_type,
         fallocate (a real probe) and free_bytes (f_bavail * f_frsize).
         """
+        if isinstance(self._fs, Exception):
+            # Measured once, failed once: a step that failed or timed out
+            # (stopped, killed) is not run or waited for again by every
+            # check that needs the facts.
+            raise self._fs
         if self._fs is None:
             path = os.path.abspath(self.conf.instances_path)
             directory = path
@@ -96,14 +114,18 @@ class Host:
             fd = owner.open_directory(directory)
             try:
                 vfs = os.fstatvfs(fd)
-                self._fs = {
+                fs = {
                     'instances_path': path,
                     'exists': directory == path,
                     'directory': directory,
                     'fs_type': fsprobe.fs_type(directory),
-                    'fallocate': probe_fallocate(fd, directory),
                     'free_bytes': vfs.f_bavail * vfs.f_frsize,
                 }
+                fs['fallocate'] = probe_fallocate(fd, directory)
+                self._fs = fs
+            except owner.StepFailed as exc:
+                self._fs = exc
+                raise
             finally:
                 os.close(fd)
         return self._fs

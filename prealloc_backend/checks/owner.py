@@ -25,7 +25,9 @@ rules here keep root's writes away from whatever the owner points them at:
   supplementary groups from the user database): whatever that user did or
   does to the directory, the step can only touch what the user could touch
   anyway. The step's return value (JSON) or error comes back through a
-  pipe.
+  pipe. Every step has a deadline (the user it runs as can stop it with
+  SIGSTOP): past it, the child is killed by its PID and reaped, and
+  StepTimedOut names the step.
 - ``control(path)``: who besides root can change what a path names (the
   owners of every directory and symlink met while resolving it, and the
   directories a group or everyone may write to). The step's user is chosen
@@ -45,6 +47,7 @@ import os
 import pwd
 import stat
 
+from prealloc_backend import exception
 from prealloc_backend import process
 
 # Most bytes a step's answer may take (a few facts, or an error message).
@@ -191,20 +194,35 @@ def _step_in_child(fd, creds, step, args):
     return step(fd, *args)
 
 
-def run_in(fd, path, step, *args, creds=None):
+class StepTimedOut(StepFailed):
+    """The step did not end within its deadline; its child was killed."""
+
+
+def run_in(fd, path, step, *args, creds=None, deadline, what):
     """Run ``step(fd, *args)`` in a forked child (process.call_in_child)
     working in the directory ``fd`` (``path``: its name, for messages only)
     as ``creds`` (see credentials_for; None: as the caller). Returns what
     the step returned (anything JSON can carry); raises StepFailed when the
-    step raised.
+    step raised, StepTimedOut when it did not end within ``deadline``
+    seconds (the user it runs as can stop it: it is then killed and
+    reaped). ``what``: the step in words, for messages ('the fallocate(2)
+    probe').
     """
-    reply, status = process.call_in_child(
-        _step_in_child, fd, creds, step, args, max_answer=MAX_ANSWER)
     user = creds.name if creds is not None else user_name(os.geteuid())
+    try:
+        reply, status = process.call_in_child(
+            _step_in_child, fd, creds, step, args, deadline=deadline,
+            what=what, max_answer=MAX_ANSWER)
+    except exception.ProcessTimeout:
+        raise StepTimedOut(
+            'Timeout', '%s in %s, run as %s, did not end within its '
+            'deadline of %s s: it was killed. A stopped (SIGSTOP) or hung '
+            'step: %s can stop the processes that run as it'
+            % (what, path, user, deadline, user), user)
     if reply is None:
-        raise StepFailed('NoAnswer', 'the step in %s ended (wait status %d) '
+        raise StepFailed('NoAnswer', '%s in %s ended (wait status %d) '
                                      'without an answer of at most %d bytes'
-                         % (path, status, MAX_ANSWER), user)
+                         % (what, path, status, MAX_ANSWER), user)
     if 'error' in reply:
         raise StepFailed(str(reply['error']), str(reply.get('message')),
                          user)

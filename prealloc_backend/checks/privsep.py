@@ -60,6 +60,7 @@ from oslo_log import log as logging
 from oslo_privsep import priv_context
 from oslo_rootwrap import wrapper as rootwrap_wrapper
 
+from prealloc_backend.checks import instances
 from prealloc_backend.checks import result
 from prealloc_backend import exception
 from prealloc_backend import modes
@@ -361,16 +362,12 @@ def helper_imports(helper, found):
 
 
 def nova_user(host):
-    """(uid, gids) of the nova user: the owner of instances_path (None
-    when that is root: nova-compute then runs as root).
+    """(uid, gids) of the nova user, from what that user cannot swap
+    (checks/instances.py: --nova-user, the owner of the directory the
+    daemon pins, nova's state_path); raises instances.NovaUserUnknown.
     """
-    try:
-        st = os.stat(host.conf.instances_path)
-    except OSError:
-        return None
-    if st.st_uid == 0:
-        return None
-    return privsep_helper.user_ids(st.st_uid, st.st_gid)
+    (uid, gid, _name), _source = instances.nova_user(host)
+    return privsep_helper.user_ids(uid, gid)
 
 
 def _user(ids):
@@ -661,11 +658,14 @@ def subprocess_ok(cmd):
 
 def check_boundary(host, helper_command, helper, code_paths, found):
     """What the nova user could steer of what root runs."""
-    user = nova_user(host)
-    if user is None:
-        found.notes.append('instances_path %s is root\'s (or missing): '
-                           'no nova user to check the boundary against.'
-                           % host.conf.instances_path)
+    try:
+        user = nova_user(host)
+    except instances.NovaUserUnknown as exc:
+        found.problem(
+            Code.FAILURE, 'The boundary against the nova user is not '
+            'checked: %s.' % exc,
+            'Pass --nova-user NAME (the user nova-compute runs as).',
+            security=True)
         return
     found.facts['nova_uid'] = user[0]
     check_code_paths(code_paths, user, found)

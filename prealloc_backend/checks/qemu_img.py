@@ -55,6 +55,10 @@ PROBE_MIN_FREE = 32 * units.Mi
 MIN_QEMU_VERSION = (5, 2)
 # Seconds any one qemu-img run of the check may take.
 TIMEOUT = 60
+# Seconds the whole overlay step's child may take (its three qemu-img
+# runs and the files it makes; the nova user can stop it, owner.run_in
+# then kills it).
+OVERLAY_DEADLINE = 4 * TIMEOUT
 
 
 def qemu_img_version():
@@ -186,7 +190,8 @@ def try_overlay(directory, plan):
             fd, directory, _overlay_step,
             {'preallocation': layout.preallocation.value,
              'extended_l2': layout.extended_l2,
-             'cluster_size': layout.cluster_size}, directory, creds=creds)
+             'cluster_size': layout.cluster_size}, directory, creds=creds,
+            deadline=OVERLAY_DEADLINE, what='the qemu-img overlay step')
     except owner.UnsafeDirectory as exc:
         raise exception.PreallocError(str(exc))
     except owner.StepFailed as exc:

@@ -159,6 +159,11 @@ class HostChecks(upgradecheck.UpgradeCommands):
             except owner.UnsafeDirectory as exc:
                 res = result.failure('Not checked: %s' % exc,
                                      'See the message.')
+            except owner.StepTimedOut as exc:
+                res = result.failure(
+                    'Not checked: %s.' % exc.message,
+                    'Run the check again; if it times out again, find what '
+                    'stops or slows processes of %s.' % exc.user)
             except owner.StepFailed as exc:
                 res = result.failure(
                     'Not checked: the probe in instances_path, run as %s, '
@@ -226,6 +231,11 @@ def add_arguments(parser):
         help="libvirt's qemu.conf on this host (default %s)."
              % check_host.QEMU_CONF)
     parser.add_argument(
+        '--nova-user', metavar='NAME',
+        help='The user nova-compute runs as, against whom the check judges '
+             'what root runs. Default: the owner of instances_path (no '
+             'symlink followed), else of [DEFAULT] state_path.')
+    parser.add_argument(
         '--verbose', action='store_true',
         help='Print the log lines of the plugin and nova on stderr.')
 
@@ -245,7 +255,8 @@ def run(args):
     else:
         host = check_host.Host(
             conf, oslo_args(args.config_file, args.config_dir),
-            args.disk_size, qemu_conf=args.qemu_conf)
+            args.disk_size, qemu_conf=args.qemu_conf,
+            nova_user=args.nova_user)
         results = HostChecks(host).run_checks()
         files = list(conf.config_file or []) + list(conf.config_dir or [])
     if args.json:

@@ -81,6 +81,35 @@ def _space_lock(fd):
         return _space_locks.setdefault(dev, threading.Lock())
 
 
+def pin(configured, root_may_own):
+    """The pin rules for instances_path: a beneath.Root of ``configured``,
+    or InstancesPathUnusable saying which rule refused it.
+
+    The daemon's ``pinned_root`` and ``prealloc-backend check`` both call
+    this, so that the check reports exactly what the daemon does. The
+    rules: an absolute path, not '/', every component a real directory (no
+    symlink in any component, the last included: it is opened from '/'
+    without following any), and not owned by root unless ``root_may_own``
+    (never in the daemon: ``_root_may_own``). Nothing is logged here; the
+    caller closes the Root it gets.
+    """
+    try:
+        root = beneath.Root(configured)
+    except beneath.Unusable as exc:
+        raise exception.InstancesPathUnusable(path=configured,
+                                              reason=str(exc))
+    if root.uid == 0 and not root_may_own:
+        root.close()
+        raise exception.InstancesPathUnusable(path=configured,
+                                              reason=ROOT_OWNED)
+    return root
+
+
+# The reason a root-owned instances_path is refused (pin).
+ROOT_OWNED = ('it is owned by root; nova\'s user must own it (the daemon '
+              'never works on root\'s files)')
+
+
 def pinned_root():
     """The daemon's pinned instances_path (a beneath.Root).
 
@@ -92,8 +121,8 @@ def pinned_root():
     kept for the daemon's life. It is keyed by the configured string: the
     daemon never reloads its configuration, so in the daemon it is pinned
     exactly once; in-process (tests) a test that points instances_path
-    elsewhere gets a new pin. If instances_path cannot be pinned (missing,
-    '/', a symlink, not a directory) every call fails with
+    elsewhere gets a new pin. If instances_path cannot be pinned (``pin``:
+    missing, '/', a symlink, not a directory, root's) every call fails with
     InstancesPathUnusable, logged, and nothing is touched.
     """
     global _root
@@ -102,22 +131,12 @@ def pinned_root():
         if _root is not None and _root.configured == configured:
             return _root
         try:
-            root = beneath.Root(configured)
-        except beneath.Unusable as exc:
+            root = pin(configured, _root_may_own())
+        except exception.InstancesPathUnusable as exc:
             LOG.error('Refusing to work on instance disks: [DEFAULT] '
                       'instances_path %(path)r cannot be used: %(reason)s',
-                      {'path': configured, 'reason': exc})
-            raise exception.InstancesPathUnusable(path=configured,
-                                                  reason=str(exc))
-        if root.uid == 0 and not _root_may_own():
-            root.close()
-            reason = ('it is owned by root; nova\'s user must own it (the '
-                      'daemon never works on root\'s files)')
-            LOG.error('Refusing to work on instance disks: [DEFAULT] '
-                      'instances_path %(path)r cannot be used: %(reason)s',
-                      {'path': configured, 'reason': reason})
-            raise exception.InstancesPathUnusable(path=configured,
-                                                  reason=reason)
+                      {'path': configured, 'reason': exc.kwargs['reason']})
+            raise
         root.allowed_uids = _allowed_uids(root)
         if _root is not None:
             _root.close()

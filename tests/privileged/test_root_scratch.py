@@ -352,7 +352,8 @@ class DropTestCase(NovaTreeTestCase):
         self.addCleanup(os.close, fd)
         creds = owner.credentials_for(fd, directory)
         return creds, owner.run_in(fd, directory, _identity, self.target,
-                                   creds=creds)
+                                   creds=creds, deadline=60,
+                                   what='the test step')
 
     def test_nova_users_tree_runs_as_the_nova_user(self):
         creds, seen = self.step_identity(self.instances)

@@ -16,9 +16,11 @@ nova.conf and the real filesystem of a temporary instances_path.
 
 import os
 
+import fixtures
 from oslo_utils import units
 
 from prealloc_backend.checks import host as check_host
+from prealloc_backend.checks import owner
 from prealloc_backend import fsprobe
 from prealloc_backend import modes
 from prealloc_backend import policy
@@ -67,6 +69,26 @@ class HostTestCase(base.CheckTestCase):
         self.assertEqual((fs['fallocate'], fs['fs_type'], fs['free_bytes']),
                          (facts.fallocate_ok, facts.fstype,
                           facts.free_bytes))
+
+    def test_failed_probe_run_once(self):
+        # A probe the nova user killed or stopped: every check that needs
+        # the facts gets the same failure, the step is not run again.
+        host = self.check_host(self.nova_conf())
+        runs = []
+
+        def run_in(fd, path, step, *args, **kwargs):
+            runs.append(kwargs)
+            raise owner.StepTimedOut('Timeout', 'the fallocate(2) probe '
+                                     'did not end', 'nova')
+
+        self.useFixture(fixtures.MockPatchObject(owner, 'run_in', run_in))
+        first = self.assertRaises(owner.StepTimedOut, host.filesystem)
+        again = self.assertRaises(owner.StepTimedOut, host.fs_facts)
+        self.assertIs(first, again)
+        self.assertEqual(1, len(runs))
+        self.assertEqual(check_host.FALLOCATE_DEADLINE,
+                         runs[0]['deadline'])
+        self.assertEqual('the fallocate(2) probe', runs[0]['what'])
 
     def test_missing_instances_path_measured_where_it_would_be(self):
         sections = self.nova_conf()

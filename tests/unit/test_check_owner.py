@@ -17,7 +17,9 @@ runs it with a real unprivileged user.
 """
 
 import os
+import signal
 import stat
+import time
 
 import fixtures
 from oslotest import base
@@ -117,6 +119,10 @@ class ControlTestCase(base.BaseTestCase):
         self.assertIsNone(owner.refusal_as_root(self.tmp, 'cmd'))
 
 
+def _stop(fd):
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
 class RunInTestCase(base.BaseTestCase):
 
     def setUp(self):
@@ -132,7 +138,8 @@ class RunInTestCase(base.BaseTestCase):
         moved = self.tmp + '.moved'
         os.rename(self.tmp, moved)
         self.addCleanup(os.rename, moved, self.tmp)
-        got = owner.run_in(self.fd, self.tmp, _where, 'here')
+        got = owner.run_in(self.fd, self.tmp, _where, 'here', deadline=60,
+                           what='the test step')
         self.assertEqual({'cwd': moved, 'name': 'here',
                           'uid': os.getuid(), 'exists': True}, got)
         # The caller's own working directory is not changed.
@@ -140,7 +147,8 @@ class RunInTestCase(base.BaseTestCase):
 
     def test_step_error_comes_back_typed(self):
         exc = self.assertRaises(owner.StepFailed, owner.run_in, self.fd,
-                                self.tmp, _raise)
+                                self.tmp, _raise, deadline=60,
+                                what='the test step')
         self.assertEqual('PermissionError', exc.kind)
         self.assertIn('Permission denied', exc.message)
         # Who the step ran as (here: the caller itself), for the check's
@@ -149,8 +157,22 @@ class RunInTestCase(base.BaseTestCase):
 
     def test_step_answer_must_be_json(self):
         exc = self.assertRaises(owner.StepFailed, owner.run_in, self.fd,
-                                self.tmp, lambda fd: object())
+                                self.tmp, lambda fd: object(),
+                                deadline=60, what='the test step')
         self.assertEqual('TypeError', exc.kind)
+
+    def test_stopped_step_times_out_naming_it(self):
+        started = time.monotonic()
+        exc = self.assertRaises(owner.StepTimedOut, owner.run_in, self.fd,
+                                self.tmp, _stop, deadline=1,
+                                what='the test step')
+        self.assertLess(time.monotonic() - started, 10)
+        self.assertEqual('Timeout', exc.kind)
+        self.assertIn('the test step in %s, run as %s, did not end within '
+                      'its deadline of 1 s' % (self.tmp, exc.user),
+                      exc.message)
+        # A StepFailed: the check's callers report it as a failed step.
+        self.assertIsInstance(exc, owner.StepFailed)
 
 
 class VanishingPathTestCase(base.BaseTestCase):

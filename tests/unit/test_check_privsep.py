@@ -51,7 +51,13 @@ class TestHelperCommand(PrivsepCase):
         self.assertIn('is not an executable in PATH', res.details)
         self.assertIn('helper_command', res.fix)
 
+    def nova_owns_instances(self):
+        if os.geteuid() != 0:
+            self.skipTest('chown to the nova user: root only')
+        os.chown(self.instances, NOVA_UID, NOVA_UID)
+
     def test_problems_only_warn_where_the_mode_needs_no_daemon(self):
+        self.nova_owns_instances()
         missing = os.path.join(self.tmp, 'no-such-helper')
         res = self.check('%s --config-file %s' % (missing, self.conf_path),
                          mode='none')
@@ -60,11 +66,53 @@ class TestHelperCommand(PrivsepCase):
         self.assertIn('prealloc:mode=space or full', res.details)
 
     def test_no_privsep_helper_named(self):
+        self.nova_owns_instances()
         res = self.check('true --config-file %s' % self.conf_path)
         self.assertEqual(result.Code.WARNING, res.code, res.details)
         self.assertIn('names neither privsep-helper nor '
                       'prealloc-privsep-helper', res.details)
         self.assertNotIn('privsep_helper', res.facts)
+
+    def test_unknown_nova_user_fails_rather_than_skips(self):
+        # Everything root's (instances_path and state_path's parents):
+        # nothing the nova user cannot swap names it.
+        if os.geteuid() != 0:
+            self.skipTest('a root-owned instances_path: root only')
+        self.sections['DEFAULT']['state_path'] = self.tmp
+        res = self.check('true --config-file %s' % self.conf_path,
+                         mode='none')
+        self.assertEqual(result.Code.FAILURE, res.code, res.details)
+        self.assertIn('The boundary against the nova user is not checked: '
+                      'cannot tell who the nova user is', res.details)
+        self.assertIn('--nova-user', res.fix)
+
+    def test_nova_user_through_a_symlink_is_not_believed(self):
+        # The nova user moved its instances_path away and put a symlink to
+        # a root-owned directory there: the check followed it, saw root,
+        # and skipped the boundary. The owner of state_path (which nova
+        # cannot swap) still names the nova user.
+        if os.geteuid() != 0:
+            self.skipTest('chown to the nova user: root only')
+        state = os.path.join(self.tmp, 'state')
+        os.mkdir(state)
+        os.chown(state, NOVA_UID, NOVA_UID)
+        moved = self.instances + '.moved'
+        os.rename(self.instances, moved)
+        root_dir = os.path.join(self.tmp, 'roots')
+        os.mkdir(root_dir)
+        os.symlink(root_dir, self.instances)
+        self.sections['DEFAULT']['state_path'] = state
+        # nova.conf writable by the nova user: the boundary check's own
+        # failure must survive the swap.
+        open(self.conf_path, 'w').close()
+        os.chown(self.conf_path, NOVA_UID, -1)
+        res = self.check('true --config-file %s' % self.conf_path,
+                         mode='none')
+        self.assertEqual(result.Code.FAILURE, res.code, res.details)
+        self.assertEqual(NOVA_UID, res.facts['nova_uid'], res.details)
+        self.assertIn('The daemon reads its configuration from %s, which '
+                      'uid %d can change' % (self.conf_path, NOVA_UID),
+                      res.details)
 
     def test_python_without_the_plugin(self):
         helper = os.path.join(self.tmp, 'privsep-helper')

@@ -16,6 +16,10 @@ The command run as operators run it (a child process that parses nova's
 global configuration) is in tests/integration/test_check_command.py.
 """
 
+import argparse
+from unittest import mock
+
+import fixtures
 from oslo_upgradecheck import upgradecheck
 from oslo_utils import units
 from oslotest import base
@@ -39,6 +43,12 @@ class TestParseSize(base.BaseTestCase):
 def _step_failed(host):
     raise owner.StepFailed('OSError', '[Errno 28] No space left on device',
                            'nova')
+
+
+def _timed_out(host):
+    raise owner.StepTimedOut(
+        'Timeout', 'the fallocate(2) probe in /srv/instances, run as nova, '
+        'did not end within its deadline of 60 s: it was killed', 'nova')
 
 
 def _unsafe(host):
@@ -66,7 +76,41 @@ class TestRunChecks(base.BaseTestCase):
                          res.details)
         self.assertIn('as nova meets the same error', res.fix)
 
+    def test_timed_out_step_is_named(self):
+        res = self.run_one(_timed_out)
+        self.assertEqual('Not checked: the fallocate(2) probe in '
+                         '/srv/instances, run as nova, did not end within '
+                         'its deadline of 60 s: it was killed.', res.details)
+        self.assertIn('processes of nova', res.fix)
+
     def test_unsafe_directory(self):
         res = self.run_one(_unsafe)
         self.assertIn('Not checked: /srv/instances: writable by group',
                       res.details)
+
+
+class TestNovaUserOption(base.BaseTestCase):
+
+    def test_passed_to_the_host(self):
+        parser = argparse.ArgumentParser()
+        check.add_arguments(parser)
+        self.assertIsNone(parser.parse_args([]).nova_user)
+        args = parser.parse_args(['--nova-user', 'nova', '--json'])
+        hosts = []
+
+        class Host:
+            def __init__(self, *args, **kwargs):
+                hosts.append(kwargs)
+
+        self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.cmd.check.load_config'))
+        self.useFixture(fixtures.MockPatchObject(check.check_host, 'Host',
+                                                 Host))
+        self.useFixture(fixtures.MockPatchObject(
+            check.HostChecks, 'run_checks',
+            return_value=[('x', check.result.success('ok'))]))
+        self.useFixture(fixtures.MockPatchObject(
+            check.pb_conf, 'CONF', mock.Mock(config_file=[], config_dir=[])))
+        self.useFixture(fixtures.MockPatch('builtins.print'))
+        self.assertEqual(0, check.run(args))
+        self.assertEqual('nova', hosts[0]['nova_user'])

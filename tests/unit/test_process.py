@@ -20,7 +20,9 @@ starts a process.
 
 import ast
 import os
+import signal
 import sys
+import time
 
 import fixtures
 from oslo_utils import units
@@ -173,17 +175,27 @@ def _raises():
     raise exception.PreallocError('refused: /x')
 
 
+def _stop_self():
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return 'resumed'
+
+
+def _sleep_long():
+    time.sleep(3600)
+
+
 class CallInChildTestCase(base.BaseTestCase):
 
     def test_result_from_another_process(self):
-        reply, status = process.call_in_child(_pid_and_args, 'a', 2)
+        reply, status = process.call_in_child(_pid_and_args, 'a', 2,
+                                              deadline=60)
         self.assertEqual(0, status)
         pid, *args = reply['result']
         self.assertNotEqual(os.getpid(), pid)
         self.assertEqual(['a', 2], args)
 
     def test_error_named_with_its_message(self):
-        reply, status = process.call_in_child(_raises)
+        reply, status = process.call_in_child(_raises, deadline=60)
         self.assertEqual('PreallocError', reply['error'])
         self.assertIn('refused: /x', reply['message'])
         self.assertIn('Traceback', reply['traceback'])
@@ -191,11 +203,73 @@ class CallInChildTestCase(base.BaseTestCase):
 
     def test_answer_too_long_is_no_answer(self):
         reply, _status = process.call_in_child(lambda: 'x' * 5000,
-                                               max_answer=4096)
+                                               max_answer=4096, deadline=60)
         self.assertIsNone(reply)
         reply, _status = process.call_in_child(lambda: 'x' * 4000,
-                                               max_answer=4096)
+                                               max_answer=4096, deadline=60)
         self.assertEqual('x' * 4000, reply['result'])
+
+    def test_deadline_is_required(self):
+        self.assertRaises(TypeError, process.call_in_child, _raises)
+        for bad in (None, 0, -1):
+            self.assertRaises(ValueError, process.call_in_child, _raises,
+                              deadline=bad)
+
+    def _assert_killed_and_reaped(self, func, what, deadline=1):
+        pids = []
+        real_fork = os.fork
+
+        def fork():
+            pid = real_fork()
+            if pid:
+                pids.append(pid)
+            return pid
+
+        self.useFixture(fixtures.MonkeyPatch('os.fork', fork))
+        started = time.monotonic()
+        exc = self.assertRaises(exception.ProcessTimeout,
+                                process.call_in_child, func,
+                                deadline=deadline, what=what)
+        took = time.monotonic() - started
+        self.assertIn(what, exc.format_message())
+        self.assertIn('within %s s' % deadline, exc.format_message())
+        self.assertLess(took, deadline + process.KILL_WAIT)
+        self.assertGreaterEqual(took, deadline)
+        # Killed and reaped: no such child left, not even a zombie.
+        self.assertEqual(1, len(pids))
+        self.assertRaises(ChildProcessError, os.waitpid, pids[0],
+                          os.WNOHANG)
+        self.assertFalse(os.path.exists('/proc/%d' % pids[0]))
+
+    def test_stopped_child_is_killed_at_the_deadline(self):
+        # What the nova user does to a child that dropped to it.
+        self._assert_killed_and_reaped(_stop_self, 'the stopped step')
+
+    def test_silent_child_is_killed_at_the_deadline(self):
+        self._assert_killed_and_reaped(_sleep_long, 'the slow step')
+
+    def test_interrupted_wait_kills_and_reaps(self):
+        pids = []
+        real_fork = os.fork
+
+        def fork():
+            pid = real_fork()
+            if pid:
+                pids.append(pid)
+            return pid
+
+        def interrupt(*_args):
+            raise KeyboardInterrupt()
+
+        self.useFixture(fixtures.MonkeyPatch('os.fork', fork))
+        old = signal.signal(signal.SIGALRM, interrupt)
+        self.addCleanup(signal.signal, signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        self.addCleanup(signal.setitimer, signal.ITIMER_REAL, 0)
+        self.assertRaises(KeyboardInterrupt, process.call_in_child,
+                          _stop_self, deadline=60)
+        self.assertRaises(ChildProcessError, os.waitpid, pids[0],
+                          os.WNOHANG)
 
 
 class OnlyRunnerTestCase(base.BaseTestCase):
