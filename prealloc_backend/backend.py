@@ -158,6 +158,10 @@ def _flushed(fetch_func):
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            # nova renames its download's .part to this name: the name
+            # is flushed too, or an overlay published durably could name
+            # a base image a power cut lost.
+            fileops.fsync_dir(os.path.dirname(target))
     return fetch
 
 
@@ -306,7 +310,13 @@ class _PreallocImage:
                             {'path': self.path})
                 fileops.remove(self.path)
             fileops.remove(self.path + TMP_SUFFIX)
-            journal.end()
+            try:
+                journal.end()
+            except OSError as exc:
+                # The failure above is the one to report; the journal
+                # left behind is recovered by the next cache().
+                LOG.warning('%(path)s: its journal could not be removed '
+                            '(%(err)s)', {'path': self.path, 'err': exc})
             raise
         journal.end()
 

@@ -135,7 +135,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         # thread; it would convert thin, where this host's plan applies.
         instance = events.instance_for(path)
         if not migrationops.convert_raw_disk(instance, path):
-            super()._disk_raw_to_qcow2(path)
+            migrationops.convert_raw_disk_thin(path)
         # NOTE: nova leaves disk.info saying 'raw' for the converted disk
         # (it never rewrites an entry): the record now says what it is.
         formats.converted(path, 'qcow2')

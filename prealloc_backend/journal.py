@@ -110,6 +110,15 @@ class Journal:
     def recover(self):
         if self.reconcile():
             return
+        record = self._read()
+        if (record and record.get('phase') in (CONVERTING, READY) and
+                record.get('process') == PROCESS):
+            # A conversion this process is carrying out (qcow2.convert_raw
+            # hands a failed one over without the mark): its journal is
+            # what makes it recoverable, never removed here.
+            LOG.warning('%(disk)s: its conversion to qcow2 is under way '
+                        'in this process: left to it', {'disk': self.disk})
+            return
         fileops.remove(self.path + '.part')
         if not os.path.exists(self.path):
             fileops.remove(self.disk + TMP_SUFFIX)
@@ -154,11 +163,20 @@ class Journal:
     def begin(self, created):
         self._write({'created': created})
 
-    def phase(self, phase):
+    def phase(self, phase, mine=True):
         """Record a conversion's phase (CONVERTING, READY): see
-        reconcile().
+        reconcile(). ``mine=False`` leaves out this process's mark, so
+        that the next reconcile() in this process acts on it too.
         """
-        self._write({'created': False, 'phase': phase, 'process': PROCESS})
+        record = {'created': False, 'phase': phase}
+        if mine:
+            record['process'] = PROCESS
+        self._write(record)
+
+    def discard(self):
+        """Remove the journal durably, whatever it says."""
+        fileops.remove(self.path + '.part')
+        fileops.remove(self.path)
 
     def end(self):
         """The work on the disk is done: the disk is flushed (whatever

@@ -24,9 +24,11 @@ steps that make one disk out of several commands, and the temporary file,
 are here.
 """
 
+import collections
 import os
 import time
 
+from nova.privsep import utils as nova_utils
 from oslo_log import log as logging
 from oslo_utils import fileutils
 
@@ -38,6 +40,17 @@ from prealloc_backend import policy
 from prealloc_backend import qemu
 
 LOG = logging.getLogger(__name__)
+
+
+class Layout(collections.namedtuple(
+        'Layout', 'cluster_size extended_l2 preallocation')):
+    """A qcow2 file's layout where there is no plan (qemu.convert reads
+    these three fields of a DiskPlan).
+    """
+
+
+# What nova's own ``qemu-img convert -O qcow2`` makes: qemu-img's defaults.
+THIN = Layout(65536, False, policy.Qcow2Preallocation.OFF)
 
 
 def _drop_zeros(path, plan):
@@ -136,6 +149,16 @@ def relayout_overlay(path, backing, backing_fmt, plan, timeout=None):
     return True
 
 
+def convert_cache(path):
+    """The destination cache mode of a conversion beside ``path``: ``none``
+    where its filesystem takes O_DIRECT, ``writeback`` where it does not,
+    as nova's images.convert_image chooses (both honour flushes).
+    """
+    if nova_utils.supports_direct_io(os.path.dirname(path) or '.'):
+        return 'none'
+    return 'writeback'
+
+
 def convert_raw(path, plan, timeout=None):
     """Convert the raw disk at ``path`` in place into a standalone qcow2
     disk laid out as ``plan`` says (through ``<path>_qcow``, nova's name
@@ -150,20 +173,39 @@ def convert_raw(path, plan, timeout=None):
     tmp = path + journal.CONVERT_SUFFIX
     record = journal.Journal(path)
     try:
-        qemu.convert(path, 'raw', tmp, plan, 'none',
+        qemu.convert(path, 'raw', tmp, plan, convert_cache(path),
                      timeout=timeout or None, path=path)
-        # NOTE: -t none keeps the copied data out of the page cache, not
-        # the zeros of preallocation=full, written when the file is made.
+        # NOTE(prealloc_backend): -t none keeps the copied data out of the
+        # page cache, not the zeros of preallocation=full, written when
+        # the file is made.
         _drop_zeros(tmp, plan)
         fileops.sync(tmp)
-        record.phase(journal.CONVERTING)
     except BaseException:
         fileops.remove(tmp)
         raise
-    fileops.publish(tmp, path)
-    record.phase(journal.READY)
-    formats.converted(path, 'qcow2')
-    record.end()
+    try:
+        record.phase(journal.CONVERTING)
+    except BaseException:
+        # The journal may say 'converting' on the device: it goes first,
+        # the temporary file after, so that no state has the journal
+        # without it (reconcile() would record the raw disk qcow2). If
+        # the journal cannot be removed, the temporary file stays and
+        # reconcile() rolls back.
+        record.discard()
+        fileops.remove(tmp)
+        raise
+    try:
+        fileops.publish(tmp, path)
+        record.phase(journal.READY)
+        formats.converted(path, 'qcow2')
+        record.end()
+    except BaseException:
+        # Published or not, the journal (whose phase and the temporary
+        # name tell which) is handed to the next cache() of this process
+        # too: reconcile() leaves a journal bearing this process's mark
+        # to the conversion that wrote it, which has ended here.
+        record.phase(journal.CONVERTING, mine=False)
+        raise
     LOG.info('Converted %(path)s from raw to qcow2 with '
              'preallocation=%(prealloc)s, cluster_size=%(cluster)d',
              {'path': path, 'prealloc': plan.preallocation.value,

@@ -371,6 +371,11 @@ def unprivileged_fallocate_range(path, offset, length):
                 raise typed
             raise exception.AllocationFailed(
                 path=path, reason='fallocate: %s' % os.strerror(exc.errno))
+        # The reservation reaches the device before the caller removes
+        # the disk's journal: a power cut must not leave a disk recorded
+        # as allocated sparse again (the nova user may not open it to
+        # flush it: libvirt gave it to the qemu user).
+        os.fdatasync(fd)
     finally:
         os.close(fd)
 
@@ -434,9 +439,13 @@ def unprivileged_zero_fill_range(path, offset, length):
             state['left'] = max(0, state['left'] - count)
 
         try:
-            return fileops.zero_fill(fd, offset, offset + length,
-                                     before_write=before_write,
-                                     lock=_space_lock(fd))
+            written = fileops.zero_fill(fd, offset, offset + length,
+                                        before_write=before_write,
+                                        lock=_space_lock(fd))
+            # As in unprivileged_fallocate_range: on the device before the
+            # caller's journal goes.
+            os.fdatasync(fd)
+            return written
         except fileops.SizeChanged as exc:
             raise exception.DiskChangedDuringFill(
                 path=path, before=exc.before, after=exc.after,

@@ -99,6 +99,14 @@ class ReconcileTestCase(base.TestCase):
         self.assertEqual('raw', formats.disk_info_format(self.info,
                                                          self.disk))
 
+    def test_recover_keeps_a_conversion_of_this_process(self):
+        # another thread's cache() while this process converts the disk
+        self.journal(journal.READY, process='now')
+        journal.Journal(self.disk).recover()
+        self.assertTrue(os.path.exists(self.disk + journal.JOURNAL_SUFFIX))
+        self.assertEqual('raw', formats.disk_info_format(self.info,
+                                                         self.disk))
+
     def test_no_conversion_nothing_done(self):
         journal.Journal(self.disk).begin(False)
         self.assertFalse(journal.Journal(self.disk).reconcile())

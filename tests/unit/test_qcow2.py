@@ -16,6 +16,7 @@ files, each result checked in the file (header, allocation, content).
 """
 
 import logging
+import errno
 import os
 import shutil
 import subprocess
@@ -277,3 +278,78 @@ class TestConvertRaw(Qcow2TestCase):
             os.path.join(os.path.dirname(self.disk), 'disk.info'),
             self.disk))
         self.assertFalse(os.path.exists(self.disk + journal.JOURNAL_SUFFIX))
+
+    def _recorded(self):
+        return formats.disk_info_format(
+            os.path.join(os.path.dirname(self.disk), 'disk.info'), self.disk)
+
+    def test_record_failure_after_publish_is_finished_by_next_cache(self):
+        # disk.info cannot be written once the qcow2 file is published
+        # (ENOSPC): the journal is handed over, and the next cache() of
+        # this same process (Journal.recover) records qcow2; it never
+        # removes the journal and leaves a qcow2 file recorded raw.
+        pb_fixtures.write_pattern(self.disk, units.Mi, seed=7)
+        formats.record_format(self.disk, 'raw')
+        src_sha = pb_fixtures.guest_sha(self.disk)
+        real_converted = formats.converted
+        calls = []
+
+        def converted(path, fmt):
+            calls.append(fmt)
+            if len(calls) == 1:
+                raise OSError(errno.ENOSPC, 'No space left on device')
+            return real_converted(path, fmt)
+        self.useFixture(fixtures.MockPatchObject(formats, 'converted',
+                                                 converted))
+        self.assertRaises(OSError, qcow2.convert_raw, self.disk,
+                          _plan(units.Mi, Prealloc.OFF))
+        self.assertEqual('raw', self._recorded())
+        journal.Journal(self.disk).recover()
+        self.assertEqual('qcow2', self._recorded())
+        self.assertEqual('qcow2',
+                         pb_fixtures.qemu_img_info(self.disk)['format'])
+        self.assertEqual(src_sha, pb_fixtures.guest_sha(self.disk))
+        self.assertFalse(os.path.exists(self.disk + journal.JOURNAL_SUFFIX))
+
+    def test_converting_not_flushed_leaves_the_disk_raw(self):
+        # The journal's 'converting' reached its name but its directory's
+        # flush failed (EIO): the journal goes before the new file, so no
+        # later reconcile() takes the raw disk (its guest wrote a qcow2
+        # magic) for the published conversion.
+        with open(self.disk, 'wb') as f:
+            f.write(b'QFI\xfb guest data')
+            f.truncate(units.Mi)
+        formats.record_format(self.disk, 'raw')
+        before = pb_fixtures.sha256_of(self.disk)
+        real_write = journal.Journal._write
+
+        def write(record, data):
+            real_write(record, data)
+            if data.get('phase') == journal.CONVERTING:
+                raise OSError(errno.EIO, 'Input/output error')
+        self.useFixture(fixtures.MockPatchObject(journal.Journal, '_write',
+                                                 write))
+        self.assertRaises(OSError, qcow2.convert_raw, self.disk,
+                          _plan(units.Mi, Prealloc.OFF))
+        # the next nova-compute (another process) recovers the disk
+        self.useFixture(fixtures.MockPatchObject(journal, 'PROCESS',
+                                                 'restarted'))
+        journal.Journal(self.disk).recover()
+        self.assertEqual('raw', self._recorded())
+        self.assertEqual(before, pb_fixtures.sha256_of(self.disk))
+        left = os.listdir(os.path.dirname(self.disk))
+        self.assertNotIn('disk' + journal.JOURNAL_SUFFIX, left)
+        self.assertNotIn('disk' + journal.CONVERT_SUFFIX, left)
+
+    def test_thin_is_what_nova_makes(self):
+        # driver._disk_raw_to_qcow2 where no plan applies (mode none, no
+        # room): nova's layout, through the journalled conversion.
+        pb_fixtures.write_pattern(self.disk, units.Mi, seed=7)
+        formats.record_format(self.disk, 'raw')
+        src_sha = pb_fixtures.guest_sha(self.disk)
+        qcow2.convert_raw(self.disk, qcow2.THIN)
+        info = pb_fixtures.qemu_img_info(self.disk)
+        self.assertEqual(65536, info['cluster-size'])
+        self.assertFalse(info['format-specific']['data'].get('extended-l2'))
+        self.assertEqual(src_sha, pb_fixtures.guest_sha(self.disk))
+        self.assertEqual('qcow2', self._recorded())
