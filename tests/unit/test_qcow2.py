@@ -15,8 +15,8 @@ grown, an overlay re-laid out, a raw disk converted; real qemu-img on real
 files, each result checked in the file (header, allocation, content).
 """
 
-import logging
 import errno
+import logging
 import os
 import shutil
 import subprocess
