@@ -53,6 +53,7 @@ from prealloc_backend.checks import owner
 from prealloc_backend.checks import result
 from prealloc_backend import conf as pb_conf
 from prealloc_backend import exception
+from prealloc_backend import stopping
 
 Code = result.Code
 
@@ -139,39 +140,68 @@ class HostChecks(upgradecheck.UpgradeCommands):
                   if label.endswith('] %s' % name)]
         return ' or '.join(labels) or 'an option (%s)' % exc
 
-    def run_checks(self):
-        """[(name, Result)] of every check; a check never raises."""
+    def run_checks(self, stop=None):
+        """[(name, Result)] of every check; a check never raises.
+
+        ``stop`` (a stopping.Stop): once it is requested (SIGINT or
+        SIGTERM; its watcher has killed the running check's children), the
+        running check is a Failure "Not finished" and the checks after it
+        Failures "Not run": a stopped check never reads as a Success.
+        """
         results = []
-        for name, func in self._upgrade_checks:
+        for index, (name, func) in enumerate(self._upgrade_checks):
+            if stop is not None and stop.requested:
+                results.extend((later, _not_run(stop, 'Not run'))
+                               for later, _f in self._upgrade_checks[index:])
+                break
+            stopping.pause_point('check ' + name)
             try:
-                res = func(self)
-            except ValueError as exc:
-                # An invalid option value this check needed: the
-                # Configuration check names it and what is allowed.
-                res = result.failure(
-                    'Not checked: it needs %s, whose value is invalid.'
-                    % self._invalid_label(exc),
-                    'See the Configuration check.')
-            except exception.PreallocError as exc:
-                res = result.failure(
-                    exc.format_message(),
-                    'See the message: spawns fail the same way.')
-            except owner.UnsafeDirectory as exc:
-                res = result.failure('Not checked: %s' % exc,
-                                     'See the message.')
-            except owner.StepTimedOut as exc:
-                res = result.failure(
-                    'Not checked: %s.' % exc.message,
-                    'Run the check again; if it times out again, find what '
-                    'stops or slows processes of %s.' % exc.user)
-            except owner.StepFailed as exc:
-                res = result.failure(
-                    'Not checked: the probe in instances_path, run as %s, '
-                    'failed: %s' % (exc.user, exc.message),
-                    'See the message: whoever writes there as %s meets the '
-                    'same error.' % exc.user)
+                res = self._run_one(func)
+            except BaseException:
+                if stop is None or not stop.requested:
+                    raise
+                res = None
+            if stop is not None and stop.requested:
+                res = _not_run(stop, 'Not finished')
             results.append((name, res))
         return results
+
+    def _run_one(self, func):
+        try:
+            res = func(self)
+        except ValueError as exc:
+            # An invalid option value this check needed: the
+            # Configuration check names it and what is allowed.
+            res = result.failure(
+                'Not checked: it needs %s, whose value is invalid.'
+                % self._invalid_label(exc),
+                'See the Configuration check.')
+        except exception.PreallocError as exc:
+            res = result.failure(
+                exc.format_message(),
+                'See the message: spawns fail the same way.')
+        except owner.UnsafeDirectory as exc:
+            res = result.failure('Not checked: %s' % exc,
+                                 'See the message.')
+        except owner.StepTimedOut as exc:
+            res = result.failure(
+                'Not checked: %s.' % exc.message,
+                'Run the check again; if it times out again, find what '
+                'stops or slows processes of %s.' % exc.user)
+        except owner.StepFailed as exc:
+            res = result.failure(
+                'Not checked: the probe in instances_path, run as %s, '
+                'failed: %s' % (exc.user, exc.message),
+                'See the message: whoever writes there as %s meets the '
+                'same error.' % exc.user)
+        return res
+
+
+def _not_run(stop, what):
+    return result.failure(
+        '%s: %s stopped the check.' % (what,
+                                       stopping.signal_name(stop.signum)),
+        'Run prealloc-backend check again.')
 
 
 def render_json(results, config_files):
@@ -257,7 +287,9 @@ def run(args):
             conf, oslo_args(args.config_file, args.config_dir),
             args.disk_size, qemu_conf=args.qemu_conf,
             nova_user=args.nova_user)
-        results = HostChecks(host).run_checks()
+        stopping.install_test_hooks()
+        with stopping.on_signals() as stop:
+            results = HostChecks(host).run_checks(stop)
         files = list(conf.config_file or []) + list(conf.config_dir or [])
     if args.json:
         print(render_json(results, files))

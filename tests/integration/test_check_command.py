@@ -21,12 +21,15 @@ What each check decides is tested in the test_check_<concern> modules.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 from oslo_utils import units
 
 from prealloc_backend import checks
+from prealloc_backend import stopping
 from tests import base
 from tests import fixtures as pb_fixtures
 
@@ -141,3 +144,74 @@ class TestCli(CliCase):
                          [c['check'] for c in out['checks']])
         self.assertIn(missing, out['checks'][0]['details'])
         self.assertIn('--config-file', out['checks'][0]['fix'])
+
+
+class TestStop(CliCase):
+    """One SIGINT or SIGTERM stops check (issue 36): the check it was
+    running and the ones after it are Failures, never a Success, within
+    seconds, and no process it started is left.
+    """
+
+    def _stopped_at(self, point, signum):
+        pb_fixtures.write_conf(self.conf_path, self.sections)
+        env = dict(os.environ)
+        env['PATH'] = BIN + os.pathsep + env.get('PATH', '/usr/bin:/bin')
+        env[stopping.PAUSE_ENV] = point
+        proc = subprocess.Popen(
+            [sys.executable, '-m', 'prealloc_backend.cmd.main', 'check',
+             '--config-file', self.conf_path, '--disk-size', '64M',
+             '--qemu-conf', self.qemu_conf, '--json'],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env, cwd=self.tmp, start_new_session=True)
+        self.addCleanup(self._kill_group, proc.pid)
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if 'stopping: paused at %s' % point in line:
+                break
+        else:
+            self.fail('check never paused at %s: %s' % (point, seen))
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+        self.assertLess(took, 20, 'check ran %.1f s after %s' % (
+            took, signum))
+        self.assertNotIn('Traceback', ''.join(seen) + err)
+        self.assertEqual(2, proc.returncode, err[-2000:])
+        return json.loads(out)
+
+    @staticmethod
+    def _kill_group(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def test_between_checks(self):
+        names = [name for name, _f in checks.CHECKS]
+        stopped_at = names[3]
+        for signum, word in ((signal.SIGTERM, 'SIGTERM'),
+                             (signal.SIGINT, 'SIGINT')):
+            out = self._stopped_at('check ' + stopped_at, signum)
+            got = [c['check'] for c in out['checks']]
+            self.assertEqual(names, got)
+            for res in out['checks'][3:]:
+                self.assertEqual(2, res['result'], res)
+                self.assertIn(word, res['details'])
+            self.assertIn('Not finished', out['checks'][3]['details'])
+            self.assertIn('Not run', out['checks'][4]['details'])
+            self.assertEqual(2, out['result'])
+
+    def test_while_a_probe_runs(self):
+        # after-fork: check paused in the parent right after it forked a
+        # probe's child (process.call_in_child): the signal's watcher
+        # kills that child, the check is not finished, none after it run.
+        out = self._stopped_at('after-fork', signal.SIGTERM)
+        details = [c['details'] for c in out['checks']]
+        self.assertTrue(any('Not finished' in d for d in details), details)
+        first = next(i for i, d in enumerate(details) if 'Not finished' in d)
+        for res in out['checks'][first:]:
+            self.assertEqual(2, res['result'], res)
+        self.assertEqual([], [c for c in out['checks'][first + 1:]
+                              if 'Not run' not in c['details']])
