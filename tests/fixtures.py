@@ -391,6 +391,28 @@ def expected_sha(source_raw, size):
     return digest.hexdigest()
 
 
+def processes_with_env(variable, value):
+    """pids of live (not zombie) processes whose environment holds
+    ``variable=value``: what a test's run started, wherever it was
+    reparented.
+    """
+    needle = ('%s=%s' % (variable, value)).encode()
+    found = []
+    for name in os.listdir('/proc'):
+        if not name.isdigit():
+            continue
+        try:
+            with open('/proc/%s/environ' % name, 'rb') as f:
+                environ = f.read().split(b'\0')
+            with open('/proc/%s/stat' % name) as f:
+                state = f.read().rsplit(')', 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in environ and state != 'Z':
+            found.append(int(name))
+    return found
+
+
 def find_processes(program, marker, session=None):
     """pids of live processes running ``program`` with ``marker`` among
     their arguments (and in ``session``, when given).

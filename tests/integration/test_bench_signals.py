@@ -35,6 +35,7 @@ import testscenarios
 
 from prealloc_backend import stopping
 from tests import base
+from tests import fixtures as pb_fixtures
 
 load_tests = testscenarios.load_tests_apply_scenarios
 
@@ -48,21 +49,7 @@ MARKER = 'PREALLOC_TEST_RUN'
 
 def _marked(token):
     """PIDs of the processes whose environment holds MARKER=token."""
-    needle = ('%s=%s' % (MARKER, token)).encode()
-    found = []
-    for name in os.listdir('/proc'):
-        if not name.isdigit():
-            continue
-        try:
-            with open('/proc/%s/environ' % name, 'rb') as f:
-                environ = f.read().split(b'\0')
-            with open('/proc/%s/stat' % name) as f:
-                state = f.read().rsplit(')', 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in environ and state != 'Z':
-            found.append(int(name))
-    return found
+    return pb_fixtures.processes_with_env(MARKER, token)
 
 
 def _comm(pid):

@@ -215,7 +215,8 @@ class CallInChildTestCase(base.BaseTestCase):
             self.assertRaises(ValueError, process.call_in_child, _raises,
                               deadline=bad)
 
-    def _assert_killed_and_reaped(self, func, what, deadline=1):
+    def _record_forks(self):
+        """The pids of the children os.fork makes from now on (a list)."""
         pids = []
         real_fork = os.fork
 
@@ -226,6 +227,10 @@ class CallInChildTestCase(base.BaseTestCase):
             return pid
 
         self.useFixture(fixtures.MonkeyPatch('os.fork', fork))
+        return pids
+
+    def _assert_killed_and_reaped(self, func, what, deadline=1):
+        pids = self._record_forks()
         started = time.monotonic()
         exc = self.assertRaises(exception.ProcessTimeout,
                                 process.call_in_child, func,
@@ -249,19 +254,11 @@ class CallInChildTestCase(base.BaseTestCase):
         self._assert_killed_and_reaped(_sleep_long, 'the slow step')
 
     def test_interrupted_wait_kills_and_reaps(self):
-        pids = []
-        real_fork = os.fork
-
-        def fork():
-            pid = real_fork()
-            if pid:
-                pids.append(pid)
-            return pid
+        pids = self._record_forks()
 
         def interrupt(*_args):
             raise KeyboardInterrupt()
 
-        self.useFixture(fixtures.MonkeyPatch('os.fork', fork))
         old = signal.signal(signal.SIGALRM, interrupt)
         self.addCleanup(signal.signal, signal.SIGALRM, old)
         signal.setitimer(signal.ITIMER_REAL, 0.5)

@@ -27,34 +27,15 @@ import fixtures
 
 from prealloc_backend import stopping
 from tests import base
+from tests import fixtures as pb_fixtures
 
 # A killed child is gone well within this (the watcher sweeps every
 # stopping.POLL seconds).
 KILL_SECONDS = 5
 
 
-def _alive(pid):
-    """True while pid runs (a zombie is not running)."""
-    try:
-        with open('/proc/%d/stat' % pid) as f:
-            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except OSError:
-        return False
-
-
 def _marked(token):
-    needle = ('PREALLOC_TEST_STOPPING=%s' % token).encode()
-    found = []
-    for name in os.listdir('/proc'):
-        if not name.isdigit():
-            continue
-        try:
-            with open('/proc/%s/environ' % name, 'rb') as f:
-                if needle in f.read().split(b'\0') and _alive(int(name)):
-                    found.append(int(name))
-        except OSError:
-            continue
-    return found
+    return pb_fixtures.processes_with_env('PREALLOC_TEST_STOPPING', token)
 
 
 class StoppingTestCase(base.TestCase):
