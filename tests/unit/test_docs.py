@@ -169,3 +169,37 @@ class TestConfigurationPages(base.BaseTestCase):
                               validator.name)
                 checked += 1
         self.assertGreaterEqual(checked, 10)
+
+
+class TestFlavorRefusals(base.BaseTestCase):
+    """admin/flavors.rst shows nova-api's refusals of a bad value and of an
+    unknown key as the openstack client prints them: the messages are
+    nova-api's own, as its registered validators make them today.
+    """
+
+    def _shown(self):
+        with open(os.path.join(ROOT, 'doc', 'source', 'admin',
+                               'flavors.rst')) as f:
+            lines = f.read().splitlines()
+        prefix = 'Failed to set flavor properties: BadRequestException: 400:'
+        shown = {}
+        for index, line in enumerate(lines):
+            if line.strip().startswith('$ openstack'):
+                prop = line.split('--property ')[1].split()[0]
+                printed = lines[index + 1].strip()
+                self.assertTrue(printed.startswith(prefix), printed)
+                shown[prop] = printed.split(', ', 1)[1]
+        return shown
+
+    def test_messages_are_nova_api_s(self):
+        shown = self._shown()
+        self.assertEqual({'prealloc:mode=fast', 'prealloc:mdoe=full'},
+                         set(shown))
+        for prop, printed in shown.items():
+            name, value = prop.split('=')
+            try:
+                nova_validators.validate(name, value)
+            except Exception as exc:
+                self.assertEqual(str(exc), printed)
+            else:
+                self.fail('nova-api accepts %s' % prop)
