@@ -19,8 +19,9 @@ guest-written header would decide), and does nothing for a qcow2 disk
 already at its size, which is how the plugin's preallocating growth leaves
 it: so the plugin runs nova's steps itself, here.
 
-NOTE: one small module rather than beside nova's call (STYLE.md): nova's
-call is inside ``extend()``, which the plugin cannot use as it is.
+One small module rather than beside nova's call
+(doc/source/contributor/design.rst, the modules): nova's call is inside ``extend()``,
+which the plugin cannot use as it is.
 """
 
 import os

@@ -24,9 +24,10 @@ qemu-img) only to refuse a disk whose header and record disagree
 checked (``check_qcow2_disk``) before any qemu-img command other than
 ``info -f qcow2`` runs on it.
 
-NOTE: not in backend.py (the adapter to nova, see STYLE.md's "thin
-driver"): the image classes call these functions with their path, their
-disk.info and the format their backend makes.
+Not in backend.py, which adapts nova's image classes and only hands each
+call on (a thin driver, as compute-hyperv's nova/driver.py is): the image
+classes call these functions with their path, their disk.info and the
+format their backend makes.
 """
 
 import contextlib
