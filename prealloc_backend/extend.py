@@ -20,8 +20,8 @@ already at its size, which is how the plugin's preallocating growth leaves
 it: so the plugin runs nova's steps itself, here.
 
 One small module rather than beside nova's call
-(doc/source/contributor/design.rst, the modules): nova's call is inside ``extend()``,
-which the plugin cannot use as it is.
+(doc/source/contributor/design.rst, the modules): nova's call is inside
+``extend()``, which the plugin cannot use as it is.
 """
 
 import os
