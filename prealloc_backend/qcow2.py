@@ -25,10 +25,10 @@ are here.
 """
 
 import collections
+import errno
 import os
 import time
 
-from nova.privsep import utils as nova_utils
 from oslo_log import log as logging
 from oslo_utils import fileutils
 
@@ -150,13 +150,21 @@ def relayout_overlay(path, backing, backing_fmt, plan, timeout=None):
 
 
 def convert_cache(path):
-    """The destination cache mode of a conversion beside ``path``: ``none``
-    where its filesystem takes O_DIRECT, ``writeback`` where it does not,
-    as nova's images.convert_image chooses (both honour flushes).
+    """The destination cache mode of a conversion of the disk at ``path``
+    into a file beside it: ``none`` where its filesystem takes O_DIRECT,
+    ``writeback`` where it does not (both honour flushes), as nova's
+    images.convert_image chooses. Asked by opening the disk itself with
+    O_DIRECT, read-only: nova's supports_direct_io writes a test file,
+    which a kill would leave beside the disk (tests/crash).
     """
-    if nova_utils.supports_direct_io(os.path.dirname(path) or '.'):
-        return 'none'
-    return 'writeback'
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        return 'writeback'
+    os.close(fd)
+    return 'none'
 
 
 def convert_raw(path, plan, timeout=None):
