@@ -317,7 +317,7 @@ def summary_rows(result):
     None where this run has no such figure; [] without that workload.
     """
     workload = next((w for w in result['workloads']
-                     if w['name'] == 'new-cluster-write'), None)
+                     if w.get('name') == 'new-cluster-write'), None)
     if workload is None:
         return []
     rows = []
@@ -353,7 +353,23 @@ def summary_lines(result):
                  'overlay (preallocate_images=none) and into a fallocated '
                  'raw file (the limit), paired by repetition, median; above '
                  '1 is faster')
+    lines.extend('  -: %s' % note for note in summary_gaps(result))
     return lines
+
+
+def summary_gaps(result):
+    """Why a figure of the summary is missing: '<row>: <reason>' for
+    each row of the summary's workload that has no median.
+    """
+    workload = next((w for w in result['workloads']
+                     if w.get('name') == 'new-cluster-write'), None)
+    notes = []
+    keys = ['plugin-' + mode for mode in SUMMARY_MODES]
+    for key in keys + [SUMMARY_NOVA, SUMMARY_RAW]:
+        case = find(workload, key, DEFAULT_GROUP) if workload else None
+        if case is None or case.get('median') is None:
+            notes.append(_why_missing(case, case['label'] if case else key))
+    return notes
 
 
 # -- text ---------------------------------------------------------------

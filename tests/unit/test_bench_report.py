@@ -143,8 +143,23 @@ class SummaryTestCase(base.TestCase):
                           'MiB'], table[3].split())
         self.assertEqual(['full', '-', '-', '-', '-'], table[5].split())
         self.assertIn('above 1 is faster', lines[start + 7])
+        # Each missing figure says why.
+        self.assertEqual('  -: plugin-full not in this run', lines[start + 8])
+        self.assertEqual('', lines[start + 9])
         for line in table:
             self.assertLessEqual(len(line), 79)
+
+    def test_summary_says_why_a_figure_is_missing(self):
+        result = run()
+        cases = result['workloads'][0]['cases']
+        cases[3].update(median=None, skip='not shown: too short')
+        cases[1].update(median=None, error='boom')
+        lines = report.summary_lines(report.finalize(result))
+        self.assertEqual(['  -: plugin metadata skipped: not shown: too '
+                          'short', '  -: plugin-full not in this run',
+                          '  -: raw fallocated failed: boom'], lines[-3:])
+        self.assertEqual(['metadata', '-', '-', '-', '-'],
+                         lines[4].split())
 
     def test_a_quick_run_judges_no_target(self):
         result = report.finalize(run('quick'))
