@@ -50,9 +50,11 @@ def _bars(workload):
         if case.get('median') is None:
             continue
         label = case['label']
-        if len(groups) > 1:
-            # '1 TiB, cold: first pass ...' -> '1 TiB, cold'.
-            label += ' (%s)' % case['group'].split(':')[0]
+        if len(groups) > 1 and case['group'] != engine.DEFAULT_GROUP:
+            # '1 TiB, cold: first pass ...' -> '1 TiB, cold'; 'default
+            # layout, beyond the backing file' -> 'beyond the backing file'.
+            label += ' (%s)' % case['group'].split(':')[0].replace(
+                engine.DEFAULT_GROUP + ', ', '')
         labels.append(label)
         medians.append(case['median'])
         lows.append(case['median'] - case['min'])
@@ -98,12 +100,14 @@ def _draw_headline(axis, rows, result):
     axis.set_xticks(range(len(modes)))
     axis.set_xticklabels(['plugin %s' % m for m in modes], fontsize=10)
     axis.set_ylabel('ratio (above 1: faster)')
-    axis.set_ylim(0, max(x_nova + x_raw + [1]) * 1.18)
+    # Room above the bars for the legend.
+    axis.set_ylim(0, max(x_nova + x_raw + [1]) * 1.5)
     axis.legend(fontsize=9, loc='upper right')
-    axis.set_title('Summary: 4 KiB first writes into new clusters, %s '
-                   'disks: the plugin\'s writes per second over the '
-                   "reference's, same repetition" % engine.fmt_bytes(
-                       result['config'].get('write_disk')), fontsize=10)
+    axis.set_title('Summary: 4 KiB first writes, each into a new cluster, '
+                   '%s disks\nthe plugin\'s writes per second over the '
+                   "reference's in the same repetition (median)"
+                   % engine.fmt_bytes(result['config'].get('write_disk')),
+                   fontsize=10)
 
 
 def _draw_workload(axis, workload):
@@ -152,6 +156,7 @@ def render(result, path):
     figure.suptitle('prealloc-backend bench, %s, %s (%s run), %s' % (
         host['hostname'], host['filesystem'], result['run'],
         result['date']), fontsize=10)
-    figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / (sum(heights) + 0.6)))
+    # Leave the top 0.5 inch for the title.
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (sum(heights) + 0.6)))
     figure.savefig(path, format='png', dpi=100)
     pyplot.close(figure)

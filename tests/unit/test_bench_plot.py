@@ -49,13 +49,19 @@ class PlotTestCase(base.TestCase):
     def test_bars(self):
         w = workload(case('raw sparse', 10, 8, 11),
                      case('plugin space', None, None, None),
-                     case('plugin metadata', 20, 20, 25, group='h'))
+                     case('plugin metadata', 20, 20, 25, group='h'),
+                     case('nova none', 1, 1, 1, group='default layout'),
+                     case('nova none', 1, 1, 1, group='default layout, '
+                          'beyond the backing file'))
         labels, medians, errors = plot._bars(w)
-        # One line each, the group after the variant: they label
-        # horizontal bars, one under the other, so they cannot overlap.
-        self.assertEqual(['raw sparse (g)', 'plugin metadata (h)'], labels)
-        self.assertEqual([10, 20], medians)
-        self.assertEqual([[2, 0], [1, 5]], errors)
+        # One line each, the group after the variant but for the default
+        # layout's: they label horizontal bars, one under the other, so
+        # they cannot overlap.
+        self.assertEqual(['raw sparse (g)', 'plugin metadata (h)',
+                          'nova none',
+                          'nova none (beyond the backing file)'], labels)
+        self.assertEqual([10, 20, 1, 1], medians)
+        self.assertEqual([[2, 0, 0, 0], [1, 5, 0, 0]], errors)
 
     def test_headline_first(self):
         headline = {'name': 'new-cluster-write', 'cases': []}
