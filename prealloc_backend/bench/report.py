@@ -23,11 +23,16 @@ group (raw fallocated, raw zero-written, nova none, ...). For throughputs a
 ratio above 1 is faster than the reference; for times and extent counts,
 above 1 is more.
 
+The report starts with a summary (summary_rows: per plugin mode, the 4
+KiB new-cluster writes' ratios to nova's overlay and to raw fallocated,
+creation time and bytes reserved: figures of that workload's table), then
+the tables.
+
 Targets (doc/source/cli/prealloc-backend-bench.rst) are judged on the
 median of the paired ratios, or on the median figure for an absolute
 bound; one that cannot be measured here is ``met: null`` with the reason.
 A verdict whose median's confidence interval (median_interval) spans the
-bound is marked undecided (``decided: false``).
+bound is marked undecided (``decided: false``). A quick run judges none.
 
 Runs as the command's user; it writes only the --json file the operator
 named.
