@@ -23,11 +23,16 @@ group (raw fallocated, raw zero-written, nova none, ...). For throughputs a
 ratio above 1 is faster than the reference; for times and extent counts,
 above 1 is more.
 
+The report starts with a summary (summary_rows: per plugin mode, the 4
+KiB new-cluster writes' ratios to nova's overlay and to raw fallocated,
+creation time and bytes reserved: figures of that workload's table), then
+the tables.
+
 Targets (doc/source/cli/prealloc-backend-bench.rst) are judged on the
 median of the paired ratios, or on the median figure for an absolute
 bound; one that cannot be measured here is ``met: null`` with the reason.
 A verdict whose median's confidence interval (median_interval) spans the
-bound is marked undecided (``decided: false``).
+bound is marked undecided (``decided: false``). A quick run judges none.
 
 Runs as the command's user; it writes only the --json file the operator
 named.
@@ -288,13 +293,88 @@ def creation_target(workloads):
 
 
 def finalize(result):
-    """Add paired ratios and judged targets to a run's result."""
+    """Add paired ratios and judged targets to a run's result. A quick
+    run judges none (``targets`` is empty): one repetition on small disks
+    is indicative only.
+    """
     by_name = {}
     for workload in result['workloads']:
         add_ratios(workload)
         by_name[workload['name']] = workload
-    result['targets'] = targets(by_name)
+    result['targets'] = ([] if result.get('run') == 'quick' else
+                         targets(by_name))
     return result
+
+
+# -- summary --------------------------------------------------------------
+
+SUMMARY_MODES = ('none', 'metadata', 'space', 'full')
+# The references of the summary's two ratios.
+SUMMARY_NOVA = 'nova-none'
+SUMMARY_RAW = 'raw-fallocated'
+
+
+def summary_rows(result):
+    """The headline, per plugin mode, from the 4 KiB new-cluster writes
+    over the backing data (default layout): the median paired ratios of
+    its IOPS against nova's overlay (nova none) and raw fallocated, its
+    creation time and the bytes allocated before the writes (medians).
+    None where this run has no such figure; [] without that workload.
+    """
+    workload = next((w for w in result['workloads']
+                     if w.get('name') == 'new-cluster-write'), None)
+    if workload is None:
+        return []
+    rows = []
+    for mode in SUMMARY_MODES:
+        case = find(workload, 'plugin-' + mode, DEFAULT_GROUP) or {}
+        measured = case.get('median') is not None
+        ratios = case.get('ratios', {}) if measured else {}
+        extra = case.get('extra', {}) if measured else {}
+        rows.append({
+            'mode': mode,
+            'x_nova': ratios.get(SUMMARY_NOVA, {}).get('median'),
+            'x_raw': ratios.get(SUMMARY_RAW, {}).get('median'),
+            'created': extra.get('create_seconds', {}).get('median'),
+            'reserved': extra.get('allocated', {}).get('median')})
+    return rows
+
+
+def summary_lines(result):
+    rows = summary_rows(result)
+    if not rows:
+        return []
+    lines = ['Summary: 4 KiB first writes, each into a new cluster, of %s '
+             'disks (the plugin\'s modes):'
+             % engine.fmt_bytes(result['config'].get('write_disk'))]
+    lines.extend(table(
+        ['mode', 'x nova overlay', 'x raw fallocated', 'created in',
+         'reserved'],
+        [[r['mode'], fmt_ratio(r['x_nova']), fmt_ratio(r['x_raw']),
+          fmt_kind(r['created'], 'seconds'),
+          engine.fmt_bytes(r['reserved']) if r['reserved'] is not None
+          else '-'] for r in rows]))
+    lines.append('  x: its writes per second over those into nova\'s own '
+                 'overlay (preallocate_images=none) and into a fallocated '
+                 'raw file (the limit), paired by repetition, median; above '
+                 '1 is faster')
+    lines.extend('  -: %s' % note for note in summary_gaps(result))
+    return lines
+
+
+def summary_gaps(result):
+    """Why a figure of the summary is missing: '<row>: <reason>' for
+    each row of the summary's workload that has no median.
+    """
+    workload = next((w for w in result['workloads']
+                     if w.get('name') == 'new-cluster-write'), None)
+    notes = []
+    keys = ['plugin-' + mode for mode in SUMMARY_MODES]
+    for key in keys + [SUMMARY_NOVA, SUMMARY_RAW]:
+        case = find(workload, key, DEFAULT_GROUP) if workload else None
+        if case is None or case.get('median') is None:
+            notes.append(_why_missing(case, case['label'] if case else key))
+    return notes
 
 
 # -- text ---------------------------------------------------------------
@@ -466,10 +546,18 @@ def seed_lines(result):
     return lines
 
 
-def target_lines(targets, quick=False):
-    lines = ['Targets (median of the paired ratios [min-max]%s)'
-             % ('; a --quick run is indicative only: small disks'
-                if quick else '')]
+# How long the default run takes (doc/source/cli/prealloc-backend-bench.rst).
+DEFAULT_RUN_TIME = 'about 17 minutes on a 2-vCPU machine, 5 GiB free'
+
+QUICK_TARGETS = [
+    'Targets: not judged: a --quick run is indicative only (one repetition, '
+    'small disks).',
+    '  The default run judges them: prealloc-backend bench --dir DIR (%s).'
+    % DEFAULT_RUN_TIME]
+
+
+def target_lines(targets):
+    lines = ['Targets (median of the paired ratios [min-max])']
     counts = {}
     for target in targets:
         if target['met'] is None:
@@ -532,6 +620,10 @@ def render(result):
     ]
     if result.get('interrupted'):
         lines.extend(['INTERRUPTED: %s' % result['interrupted'], ''])
+    summary = summary_lines(result)
+    if summary:
+        lines.extend(summary)
+        lines.append('')
     for number, workload in enumerate(result['workloads'], 1):
         lines.extend(workload_lines(workload, number))
         lines.append('')
@@ -539,9 +631,11 @@ def render(result):
     if seeds:
         lines.extend(seeds)
         lines.append('')
-    if result.get('targets'):
-        lines.extend(target_lines(result['targets'],
-                                  quick=result['run'] == 'quick'))
+    if result['run'] == 'quick':
+        lines.extend(QUICK_TARGETS)
+        lines.append('')
+    elif result.get('targets'):
+        lines.extend(target_lines(result['targets']))
         lines.append('')
     lines.append('ratios: paired by repetition (a row\'s figure over its '
                  'reference\'s of the same repetition), median [min-max]; '

@@ -49,11 +49,33 @@ class PlotTestCase(base.TestCase):
     def test_bars(self):
         w = workload(case('raw sparse', 10, 8, 11),
                      case('plugin space', None, None, None),
-                     case('plugin metadata', 20, 20, 25, group='h'))
+                     case('plugin metadata', 20, 20, 25, group='h'),
+                     case('nova none', 1, 1, 1, group='default layout'),
+                     case('nova none', 1, 1, 1, group='default layout, '
+                          'beyond the backing file'))
         labels, medians, errors = plot._bars(w)
-        self.assertEqual(['raw sparse\ng', 'plugin\nmetadata\nh'], labels)
-        self.assertEqual([10, 20], medians)
-        self.assertEqual([[2, 0], [1, 5]], errors)
+        # One line each, the group after the variant but for the default
+        # layout's: they label horizontal bars, one under the other, so
+        # they cannot overlap.
+        self.assertEqual(['raw sparse (g)', 'plugin metadata (h)',
+                          'nova none',
+                          'nova none (beyond the backing file)'], labels)
+        self.assertEqual([10, 20, 1, 1], medians)
+        self.assertEqual([[2, 0, 0, 0], [1, 5, 0, 0]], errors)
+
+    def test_headline_first(self):
+        headline = {'name': 'new-cluster-write', 'cases': []}
+        other = workload(case('raw sparse', 10, 8, 11))
+        rows = [{'mode': 'none', 'x_nova': 1.0, 'x_raw': 0.5},
+                {'mode': 'metadata', 'x_nova': 12.0, 'x_raw': 0.95},
+                {'mode': 'full', 'x_nova': None, 'x_raw': None}]
+        with mock.patch.object(plot.report, 'summary_rows',
+                               return_value=rows):
+            panels = plot._panels(result(other, headline))
+        self.assertEqual(('headline', rows), panels[0])
+        self.assertEqual([('workload', other)], panels[1:])
+        self.assertEqual((['none', 'metadata', 'full'], [1.0, 12.0, 0],
+                          [0.5, 0.95, 0]), plot._headline_bars(rows))
 
     def test_render_png(self):
         path = os.path.join(self.instances_path, 'c.png')

@@ -17,7 +17,11 @@ the JSON file (targets and whole reports are in tests/unit/test_bench.py).
 import json
 import os
 
+from oslo_utils import units
+
+from prealloc_backend.bench import engine
 from prealloc_backend.bench import report
+from prealloc_backend.bench import variants
 from tests import base
 
 
@@ -75,3 +79,99 @@ class ReportTestCase(base.TestCase):
         report.write_json(bad, path)
         with open(path) as f:
             self.assertEqual(bad, json.load(f))
+
+
+def row(variant, samples, created, allocated, group='default layout'):
+    v = variants.by_key(variant)
+    out = {'variant': variant, 'label': v.label, 'group': group,
+           'skip': None, 'error': None, 'facts': {}, 'samples': samples,
+           'extra': {'create_seconds': engine.summary([created]),
+                     'allocated': engine.summary([allocated])}}
+    out.update(engine.summary(samples))
+    return out
+
+
+def run(kind='quick'):
+    """A run with the 4 KiB new-cluster writes: the plugin's modes at 10x,
+    2x, 1x and 1x nova's overlay's IOPS; raw fallocated at 5x.
+    """
+    cases = [row('nova-none', [100.0], 0.25, 200 * units.Ki),
+             row('raw-fallocated', [500.0], 0.01, 256 * units.Mi),
+             row('plugin-none', [100.0], 0.25, 200 * units.Ki),
+             row('plugin-metadata', [1000.0], 0.5, 2 * units.Mi),
+             row('plugin-space', [200.0], 0.5, 256 * units.Mi)]
+    workload = {'name': 'new-cluster-write', 'title': 'NC', 'unit': 'IOPS',
+                'higher_is_better': True, 'engine': 'e', 'setup': 's',
+                'error': None, 'references': ['raw-fallocated', 'nova-none'],
+                'kind': 'write', 'default_groups': ['default layout'],
+                'extra_columns': [], 'fact_columns': [], 'cases': cases}
+    return {'run': kind, 'argv': ['bench', '--quick'],
+            'config': {'reps': 1, 'write_disk': 256 * units.Mi},
+            'date': 'd', 'privsep': 'p', 'seconds': 1.0,
+            'host': {'hostname': 'h', 'kernel': 'k', 'cpus': 2, 'nova': 'n',
+                     'prealloc_backend': 'p', 'qemu_img': 'q',
+                     'directory': '/d', 'filesystem': 'ext4',
+                     'free_bytes': units.Gi},
+            'workloads': [workload]}
+
+
+class SummaryTestCase(base.TestCase):
+
+    def test_summary_rows(self):
+        rows = report.summary_rows(report.finalize(run()))
+        self.assertEqual(
+            [('none', 1.0, 0.2, 0.25, 200 * units.Ki),
+             ('metadata', 10.0, 2.0, 0.5, 2 * units.Mi),
+             ('space', 2.0, 0.4, 0.5, 256 * units.Mi),
+             ('full', None, None, None, None)],
+            [(r['mode'], r['x_nova'], r['x_raw'], r['created'],
+              r['reserved']) for r in rows])
+        self.assertEqual([], report.summary_rows({'workloads': []}))
+
+    def test_the_report_starts_with_the_summary(self):
+        text = report.render(report.finalize(run('default')))
+        lines = text.splitlines()
+        start = lines.index(
+            'Summary: 4 KiB first writes, each into a new cluster, of 256 '
+            'MiB disks (the plugin\'s modes):')
+        self.assertLess(start, lines.index('1. NC [new-cluster-write]'))
+        table = lines[start + 1:start + 7]
+        self.assertEqual(['mode', 'x', 'nova', 'overlay', 'x', 'raw',
+                          'fallocated', 'created', 'in', 'reserved'],
+                         table[0].split())
+        self.assertEqual(['metadata', '10.00', '2.00', '0.500', 's', '2',
+                          'MiB'], table[3].split())
+        self.assertEqual(['full', '-', '-', '-', '-'], table[5].split())
+        self.assertIn('above 1 is faster', lines[start + 7])
+        # Each missing figure says why.
+        self.assertEqual('  -: plugin-full not in this run', lines[start + 8])
+        self.assertEqual('', lines[start + 9])
+        for line in table:
+            self.assertLessEqual(len(line), 79)
+
+    def test_summary_says_why_a_figure_is_missing(self):
+        result = run()
+        cases = result['workloads'][0]['cases']
+        cases[3].update(median=None, skip='not shown: too short')
+        cases[1].update(median=None, error='boom')
+        lines = report.summary_lines(report.finalize(result))
+        self.assertEqual(['  -: plugin metadata skipped: not shown: too '
+                          'short', '  -: plugin-full not in this run',
+                          '  -: raw fallocated failed: boom'], lines[-3:])
+        self.assertEqual(['metadata', '-', '-', '-', '-'],
+                         lines[4].split())
+
+    def test_a_quick_run_judges_no_target(self):
+        result = report.finalize(run('quick'))
+        self.assertEqual([], result['targets'])
+        text = report.render(result)
+        self.assertNotIn('MISSED', text)
+        self.assertNotIn('[met', text)
+        self.assertIn('Targets: not judged: a --quick run is indicative '
+                      'only', text)
+        self.assertIn('prealloc-backend bench --dir DIR', text)
+        # The default run judges them, as before.
+        result = report.finalize(run('default'))
+        self.assertTrue(result['targets'])
+        self.assertIn('Targets (median of the paired ratios',
+                      report.render(result))
