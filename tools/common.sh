@@ -111,24 +111,60 @@ uv_install() {
     -c "$TOP/upper-constraints.txt" "$@"
 }
 
-# run_stoppable FILE CMD...: run CMD, its stdout into FILE, so that the
+# run_stoppable FILE CMD...: run CMD, its stdout into FILE (- : this
+# script's own stdout, not reopened), so that the
 # first SIGINT or SIGTERM this script gets stops it: CMD runs in the
 # background (bash runs a trap only once its foreground command ends) and
 # the signal is sent on to it as SIGTERM (a background job of a script
 # ignores SIGINT: one that comes before CMD sets its own handler would be
 # lost), then CMD is waited for. Sets RUN_STATUS (CMD's exit status) and
 # RUN_STOPPED (130 after a SIGINT, 143 after a SIGTERM, the first one
-# received; empty without one): the caller exits with it.
+# received; empty without one): the caller exits with it. The signal goes
+# to CMD and to every process under it.
+# tree_pids PID: PID and every descendant of it, parents first (read from
+# /proc: procps is not on every machine).
+tree_pids() {
+  local table frontier next p
+  table=$(for stat in /proc/[0-9]*/stat; do
+            cat "$stat" 2>/dev/null && echo
+          done | sed -n 's/^\([0-9]*\) .*) [A-Za-z] \([0-9]*\) .*/\1 \2/p')
+  frontier=$1
+  echo "$1"
+  while [ -n "$frontier" ]; do
+    next=
+    for p in $frontier; do
+      next="$next $(echo "$table" | awk -v p="$p" '$2 == p {print $1}')"
+    done
+    frontier=$(echo $next)
+    [ -z "$frontier" ] || echo "$frontier"
+  done
+}
+
+# _stop_tree STATUS PID: a stop: RUN_STOPPED (first signal wins) and
+# SIGTERM to PID and every process under it (tox does not stop the tests
+# it started; GNU timeout passes the signal on to its command's group).
+_stop_tree() {
+  # A second signal changes nothing: the stop is under way.
+  [ -z "$RUN_STOPPED" ] || return 0
+  RUN_STOPPED=$1
+  # shellcheck disable=SC2046 # one PID a word, on purpose
+  kill -TERM $(tree_pids "$2") 2>/dev/null || true
+}
+
 run_stoppable() {
   local file=$1 pid
   shift
-  "$@" > "$file" &
+  if [ "$file" = - ]; then
+    "$@" &
+  else
+    "$@" > "$file" &
+  fi
   pid=$!
   RUN_STOPPED=
   # shellcheck disable=SC2064 # $pid now, on purpose
-  trap "RUN_STOPPED=\${RUN_STOPPED:-130}; kill -TERM $pid 2>/dev/null || true" INT
+  trap "_stop_tree 130 $pid" INT
   # shellcheck disable=SC2064
-  trap "RUN_STOPPED=\${RUN_STOPPED:-143}; kill -TERM $pid 2>/dev/null || true" TERM
+  trap "_stop_tree 143 $pid" TERM
   RUN_STATUS=0
   while :; do
     wait "$pid" && RUN_STATUS=0 || RUN_STATUS=$?

@@ -138,3 +138,50 @@ class RunStoppableTestCase(base.TestCase):
         self.assertEqual('status=0 stopped=\n', proc.stdout, proc.stderr)
         with open(out) as f:
             self.assertEqual('hello\n', f.read())
+
+    def test_the_whole_tree_is_stopped(self):
+        # As tox does: the command dies on SIGTERM but leaves what it
+        # started (here a sleep in its own session, as GNU timeout's
+        # command is in its own group) running; run-tests' tiers must not
+        # outlive a stop.
+        out = os.path.join(self.instances_path, 'out')
+        pidfile = os.path.join(self.instances_path, 'grandchild')
+        child = ('import subprocess, sys, time\n'
+                 'p = subprocess.Popen(["sleep", "60"], '
+                 'start_new_session=True)\n'
+                 'open(%r, "w").write(str(p.pid))\n'
+                 'print("ready", file=sys.stderr, flush=True)\n'
+                 'time.sleep(60)\n' % pidfile)
+        env = dict(os.environ, TOP=TOP, OUT=out, PYTHON=sys.executable,
+                   CHILD=child)
+        proc = subprocess.Popen(['bash', '-c', SCRIPT], env=env,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(proc.communicate)
+        self.assertEqual('ready\n', proc.stderr.readline())
+        with open(pidfile) as f:
+            grandchild = int(f.read())
+        self.addCleanup(_kill_quietly, grandchild)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=20)
+        self.assertTrue(stdout.endswith(' stopped=143\n'), (stdout, stderr))
+        deadline = time.monotonic() + 5
+        while _running(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertFalse(_running(grandchild),
+                         'the command\'s own child outlived the stop')
+
+
+def _running(pid):
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+
+
+def _kill_quietly(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
