@@ -153,11 +153,7 @@ def _flushed(fetch_func):
         fetch_func(*args, **kwargs)
         target = kwargs.get('target')
         if target and os.path.isfile(target):
-            fd = os.open(target, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fileops.sync(target)
             # nova renames its download's .part to this name: the name
             # is flushed too, or an overlay published durably could name
             # a base image a power cut lost.

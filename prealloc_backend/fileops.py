@@ -162,14 +162,15 @@ def publish(tmp, final):
     fsync_dir(os.path.dirname(final))
 
 
-def write_file(path, data, mode=0o644):
+def write_file(path, data, mode=0o644, suffix='.tmp'):
     """Replace the file at ``path`` with ``data`` (str or bytes) durably:
-    written aside, flushed, renamed into place, the directory flushed. A
-    reader, or a power cut, sees the old content or the new, whole.
+    written aside (as ``path + suffix``), flushed, renamed into place, the
+    directory flushed. A reader, or a power cut, sees the old content or
+    the new, whole.
     """
     if isinstance(data, str):
         data = data.encode()
-    tmp = path + '.tmp'
+    tmp = path + suffix
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
                  mode)
     try:

@@ -152,13 +152,7 @@ class Journal:
         # Written aside, flushed and renamed, the directory flushed: a
         # journal is complete or absent, before and after a power cut.
         record = dict(record, pid=os.getpid(), time=time.time())
-        partial = self.path + '.part'
-        with open(partial, 'w') as f:
-            json.dump(record, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(partial, self.path)
-        fileops.fsync_dir(os.path.dirname(self.path))
+        fileops.write_file(self.path, json.dumps(record), suffix='.part')
 
     def begin(self, created):
         self._write({'created': created})
