@@ -19,7 +19,7 @@ QemuImgError and AllocationTimeout.
 nova's prlimit (``[libvirt] images_cpu_time_limit`` and
 ``images_address_space_limit``) exists to contain qemu-img on untrusted
 image files. The plugin keeps it for every command it runs on such files
-(``info``, ``measure``) and for thin or metadata-only work, but lifts the CPU
+(``info``) and for thin or metadata-only work, but lifts the CPU
 limit where qemu-img writes the data area itself (``falloc`` and ``full``
 preallocation), whose CPU time grows with the disk size (zeroing 100 GiB
 takes minutes of system time). ``[prealloc_backend] allocation_timeout``
@@ -110,24 +110,6 @@ def info(path, fmt):
     args = ['info', '--output=json', '--force-share', '-f', fmt, path]
     out = execute(*args, path=path)
     return _json(args, out, {'virtual-size': int, 'format': str})
-
-
-def measure(size, preallocation, cluster_size, extended_l2):
-    """Bytes a qcow2 image of ``size`` needs on disk with these options
-    (``preallocation``: a policy.Qcow2Preallocation).
-    """
-    if preallocation is policy.Qcow2Preallocation.OFF:
-        return 0  # thin: nothing to reserve, no qemu-img to run
-    args = ['measure', '--output=json', '-O', 'qcow2', '-o',
-            'cluster_size=%d,extended_l2=%s,preallocation=%s'
-            % (cluster_size, 'on' if extended_l2 else 'off',
-               preallocation.value),
-            '--size', size]
-    out = execute(*args)
-    data = _json(args, out, {'required': int, 'fully-allocated': int})
-    if preallocation.heavy:
-        return data['fully-allocated']
-    return data['required']
 
 
 def create_overlay(path, size, backing_file, backing_fmt, layout,

@@ -43,7 +43,6 @@ from prealloc_backend import conf
 from prealloc_backend import driver
 from prealloc_backend import exception
 from prealloc_backend import modes
-from prealloc_backend import policy
 from prealloc_backend import qemu
 from tests import base
 from tests import fixtures as pb_fixtures
@@ -222,15 +221,6 @@ BAD_INFO = [
     ('exit 1 silent', 'exit 1', exception.QemuImgError),
     ('killed', 'kill -9 $$', exception.QemuImgError),
 ]
-BAD_MEASURE = [
-    ('not json', "printf 'garbage'; exit 0", exception.QemuImgOutputError),
-    ('no fully-allocated', "printf '{\"required\": 1}'; exit 0",
-     exception.QemuImgOutputError),
-    ('negative', "printf '{\"required\": -5, \"fully-allocated\": -5}';"
-     " exit 0", exception.QemuImgOutputError),
-    ('exit 1 with stderr', "echo 'qemu-img: boom' >&2; exit 1",
-     exception.QemuImgError),
-]
 
 
 def qemu_img_scenarios(cases):
@@ -326,25 +316,6 @@ class InfoOutputTestCase(FakeQemuImgBase):
         self.assertEqual(['disk'], self.leftovers(instance))
 
 
-class MeasureOutputTestCase(FakeQemuImgBase):
-
-    scenarios = qemu_img_scenarios(BAD_MEASURE)
-
-    def test_direct(self):
-        self.behave('measure', self.script)
-        exc = self.assertRaises(exception.PreallocError, qemu.measure,
-                                units.Gi, policy.Qcow2Preallocation.FALLOC,
-                                65536, True)
-        self.assert_clear(exc, self.error)
-
-    def test_spawn_does_not_run_measure(self):
-        # Needed bytes come from the plan's own formula: a broken measure
-        # cannot fail a spawn.
-        self.behave('measure', self.script)
-        instance = self.make_instance()
-        self.spawn(instance, 4 * units.Mi)
-
-
 # 'qemu-img create -f qcow2 -o <options> <path> <size>': $6 is the file it
 # creates, $7 the size.
 BAD_CREATE = [
@@ -422,8 +393,10 @@ class FakeQemuImgTestCase(FakeQemuImgBase):
                                   capture_output=True, text=True,
                                   check=True).stdout.strip(),
                    os.path.join(empty, 'env'))
+        disk = os.path.join(self.instances_path, 'disk')
+        with open(disk, 'wb') as f:
+            f.truncate(units.Mi)
         self.useFixture(fixtures.EnvironmentVariable('PATH', empty))
-        exc = self.assertRaises(exception.QemuImgError, qemu.measure,
-                                units.Gi, policy.Qcow2Preallocation.FALLOC,
-                                65536, True)
+        exc = self.assertRaises(exception.QemuImgError, qemu.info, disk,
+                                'raw')
         self.assertIn('qemu-img', str(exc))

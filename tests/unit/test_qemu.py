@@ -59,19 +59,6 @@ class TestInfo(base.TestCase):
                          (data['format'], data['virtual-size']))
 
 
-class TestMeasure(base.TestCase):
-
-    def test_thin_runs_nothing(self):
-        self.flags(images_address_space_limit=0, group='libvirt')
-        self.assertEqual(0, qemu.measure(units.Gi, Prealloc.OFF,
-                                         64 * units.Ki, True))
-
-    def test_full_is_at_least_the_size(self):
-        self.assertGreaterEqual(
-            qemu.measure(64 * units.Mi, Prealloc.FULL, 64 * units.Ki, True),
-            64 * units.Mi)
-
-
 def recording_qemu_img(test):
     """A 'qemu-img' first on PATH that records its arguments, one per line,
     and runs the real one: the command line as qemu-img received it.
