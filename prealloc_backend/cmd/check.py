@@ -72,15 +72,31 @@ class SizeError(ValueError, argparse.ArgumentTypeError):
     """A --disk-size argparse reports with its own message."""
 
 
+# A whole number of bytes, optionally with K, M, G or T (any case, an
+# optional 'B' or 'iB' after it): what --disk-size accepts.
+_SIZE = re.compile(r'\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*', re.IGNORECASE)
+_FACTOR = {'': 1, 'K': units.Ki, 'M': units.Mi, 'G': units.Gi, 'T': units.Ti}
+
+
 def parse_size(text):
-    """'4M', '10G', '512K', '1T' or bytes -> bytes."""
-    match = re.fullmatch(r'\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*', str(text),
-                         re.IGNORECASE)
+    """'4M', '10G', '512K', '20GiB', '1T' or bytes -> bytes (powers of 1024).
+
+    Not oslo_utils.strutils.string_to_bytes, whose accepted inputs and
+    results differ: it wants a unit ('512' and '4M' fail), reads a
+    lower-case 'b' as bits ('4Mb' would be 512 KiB, where it means 4 MiB
+    here), refuses lower-case prefixes other than 'k', accepts fractions
+    and signs ('1.5G', '-1G'), which a disk's size in bytes has no use for,
+    and computes in floating point (9007199254740993 bytes would come back
+    one byte short). Using it on a rewritten argument would leave only the
+    multiplication to it.
+    """
+    match = _SIZE.fullmatch(str(text))
     if not match:
-        raise SizeError('%r is not a size such as 512M, 10G or 1T' % text)
-    factor = {'': 1, 'K': units.Ki, 'M': units.Mi, 'G': units.Gi,
-              'T': units.Ti}[match.group(2).upper()]
-    return int(match.group(1)) * factor
+        raise SizeError(
+            '%r is not a size: give a whole number of bytes, optionally '
+            'followed by K, M, G or T (powers of 1024), e.g. 512M, 10G or '
+            '1T' % (text,))
+    return int(match.group(1)) * _FACTOR[match.group(2).upper()]
 
 
 def oslo_args(config_files, config_dirs):

@@ -36,8 +36,37 @@ class TestParseSize(base.BaseTestCase):
         self.assertEqual(20 * units.Gi, check.parse_size('20GiB'))
         self.assertEqual(units.Ti, check.parse_size('1t'))
         self.assertEqual(512, check.parse_size('512'))
-        self.assertRaises(ValueError, check.parse_size, '1.5G')
-        self.assertRaises(ValueError, check.parse_size, 'big')
+        # Not string_to_bytes' bits: 'b' is bytes here, as it always was.
+        self.assertEqual(4 * units.Mi, check.parse_size('4Mb'))
+        # Exact, where floating point would lose the last byte.
+        self.assertEqual(2 ** 53 + 1, check.parse_size(str(2 ** 53 + 1)))
+        self.assertEqual((2 ** 53 + 1) * units.Ti,
+                         check.parse_size('%dT' % (2 ** 53 + 1)))
+
+    def test_bad_sizes_name_the_value_and_what_is_allowed(self):
+        for text in ('1.5G', 'big', '-1G', '4P', '', '4 G B'):
+            exc = self.assertRaises(check.SizeError, check.parse_size, text)
+            self.assertEqual(
+                '%r is not a size: give a whole number of bytes, optionally '
+                'followed by K, M, G or T (powers of 1024), e.g. 512M, 10G '
+                'or 1T' % text, str(exc))
+
+    def test_command_line_error(self):
+        """argparse prints the message and exits 2, no traceback."""
+        parser = argparse.ArgumentParser(prog='prealloc-backend check')
+        check.add_arguments(parser)
+        stderr = self.useFixture(fixtures.StringStream('stderr'))
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', stderr.stream))
+        exc = self.assertRaises(SystemExit, parser.parse_args,
+                                ['--disk-size', '1.5G'])
+        self.assertEqual(2, exc.code)
+        stderr.stream.flush()
+        self.assertIn("argument --disk-size: '1.5G' is not a size: give a "
+                      "whole number of bytes", stderr.getDetails()[
+                          'stderr'].as_text())
+        self.assertEqual(
+            20 * units.Gi,
+            parser.parse_args(['--disk-size', '20G']).disk_size)
 
 
 def _step_failed(host):
