@@ -60,6 +60,7 @@ from prealloc_backend.checks import owner
 from prealloc_backend import exception
 from prealloc_backend import fsprobe
 import prealloc_backend.privsep
+from prealloc_backend import sizes
 from prealloc_backend import stopping
 
 LOG = logging.getLogger(__name__)
@@ -203,21 +204,6 @@ def rotated(items, rep):
         return []
     shift = rep % len(items)
     return list(items[shift:]) + list(items[:shift])
-
-
-def fmt_bytes(value):
-    """'1 GiB', '1.5 GiB', '196 KiB', '0 B'."""
-    if value is None:
-        return '-'
-    for unit, size in (('TiB', units.Ti), ('GiB', units.Gi),
-                       ('MiB', units.Mi), ('KiB', units.Ki)):
-        if abs(value) >= size:
-            number = value / size
-            text = ('%.1f' % number) if number < 10 else ('%.0f' % number)
-            if text.endswith('.0'):
-                text = text[:-2]
-            return '%s %s' % (text, unit)
-    return '%d B' % value
 
 
 def _version(distribution):
@@ -375,8 +361,8 @@ class Bench:
         if needed + self.reserve_margin() > free:
             return ('cannot be reserved here: needs %s, %s free on %s '
                     '(keeping %s spare)' % (
-                        fmt_bytes(needed), fmt_bytes(free), self.directory,
-                        fmt_bytes(self.reserve_margin())))
+                        sizes.human(needed), sizes.human(free), self.directory,
+                        sizes.human(self.reserve_margin())))
         return None
 
     def host(self, versions=True):

@@ -24,6 +24,7 @@ import importlib
 
 from prealloc_backend.bench import engine
 from prealloc_backend.bench import report
+from prealloc_backend import sizes
 
 MISSING = ('--plot needs matplotlib, which is not installed in this Python '
            'environment (%s); install it with "pip install matplotlib", or '
@@ -106,7 +107,7 @@ def _draw_headline(axis, rows, result):
     axis.set_title('Summary: 4 KiB first writes, each into a new cluster, '
                    '%s disks\nthe plugin\'s writes per second over the '
                    "reference's in the same repetition (median)"
-                   % engine.fmt_bytes(result['config'].get('write_disk')),
+                   % sizes.human(result['config'].get('write_disk')),
                    fontsize=10)
 
 

@@ -44,6 +44,7 @@ import math
 from oslo_utils import units
 
 from prealloc_backend.bench import engine
+from prealloc_backend import sizes
 
 DEFAULT_GROUP = engine.DEFAULT_GROUP
 BEYOND_GROUP = engine.BEYOND_GROUP
@@ -270,7 +271,7 @@ def read_targets(reads):
         elif reads.get('disk_size') != units.Ti:
             out.append(_target(name, '>=', READ_MIN,
                                why='the read disks are %s, not 1 TiB'
-                               % engine.fmt_bytes(reads.get('disk_size'))))
+                               % sizes.human(reads.get('disk_size'))))
         else:
             out.append(ratio_target({'random-read': reads}, 'random-read',
                                     reads['warm_group'], 'plugin-' + mode,
@@ -346,13 +347,13 @@ def summary_lines(result):
         return []
     lines = ['Summary: 4 KiB first writes, each into a new cluster, of %s '
              'disks (the plugin\'s modes):'
-             % engine.fmt_bytes(result['config'].get('write_disk'))]
+             % sizes.human(result['config'].get('write_disk'))]
     lines.extend(table(
         ['mode', 'x nova overlay', 'x raw fallocated', 'created in',
          'reserved'],
         [[r['mode'], fmt_ratio(r['x_nova']), fmt_ratio(r['x_raw']),
           fmt_kind(r['created'], 'seconds'),
-          engine.fmt_bytes(r['reserved']) if r['reserved'] is not None
+          sizes.human(r['reserved']) if r['reserved'] is not None
           else '-'] for r in rows]))
     lines.append('  x: its writes per second over those into nova\'s own '
                  'overlay (preallocate_images=none) and into a fallocated '
@@ -401,7 +402,7 @@ def fmt_number(value):
 
 def fmt_kind(value, kind):
     if kind == 'bytes':
-        return engine.fmt_bytes(value)
+        return sizes.human(value)
     if kind == 'micros':
         # Seconds, shown in microseconds: CPU time per request.
         return '-' if value is None else '%s us' % fmt_number(value * 1e6)
@@ -529,7 +530,7 @@ def seed_lines(result):
         allocated = case['extra'].get('allocated', {})
         rows.append([case['label'], seed3 or '-', seed4 or '-',
                      fmt_kind(created.get('median'), 'seconds'),
-                     engine.fmt_bytes(allocated.get('median')),
+                     sizes.human(allocated.get('median')),
                      fmt_kind(written / case['median'] / 2 ** 20
                               if written else None, 'seconds'),
                      fmt_spread(case)])
@@ -538,8 +539,8 @@ def seed_lines(result):
     lines = ['The seeds\' tables (seed 003: time to write; seed 004: time '
              'to create, physical size, write speed per mode), from the '
              'sequential first writes of %s into %s disks:' % (
-                 engine.fmt_bytes(written),
-                 engine.fmt_bytes(result['config'].get('write_disk')))]
+                 sizes.human(written),
+                 sizes.human(result['config'].get('write_disk')))]
     lines.extend(table(['variant', 'seed 003 row', 'seed 004 row',
                         'time to create', 'physical size', 'time to write',
                         'MiB/s median [min-max]'], rows))
@@ -607,7 +608,7 @@ def render(result):
                          host['qemu_img']),
         'directory %s on %s, %s free' % (
             host['directory'], host['filesystem'],
-            engine.fmt_bytes(host['free_bytes'])),
+            sizes.human(host['free_bytes'])),
         'every disk opened with cache=%s (cache.direct=on) and aio=%s, '
         'whatever its variant' % (host.get('cache', '-'),
                                   host.get('aio', '-')),

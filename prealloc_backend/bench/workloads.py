@@ -47,6 +47,7 @@ from prealloc_backend.bench import engine
 from prealloc_backend.bench import tools
 from prealloc_backend.bench import variants as vs
 from prealloc_backend import policy
+from prealloc_backend import sizes
 
 LOG = logging.getLogger(__name__)
 CONF = vs.CONF
@@ -119,14 +120,14 @@ def cache_text(disk):
     if disk.fmt != 'qcow2':
         return '-'
     if disk.cache_size:
-        return 'cache-size %s' % engine.fmt_bytes(disk.cache_size)
+        return 'cache-size %s' % sizes.human(disk.cache_size)
     return 'QEMU default'
 
 
 def cluster_text(disk):
     if not disk.cluster_size:
         return '-'
-    return engine.fmt_bytes(disk.cluster_size) + (
+    return sizes.human(disk.cluster_size) + (
         ' ext-L2' if disk.extended_l2 else '')
 
 
@@ -263,17 +264,17 @@ class _FirstWrites(Workload):
     def describe(self, bench):
         text = ('fresh %s disks per sample: qcow2 overlays of a raw backing '
                 'file of %s random data, raw files for the raw rows' % (
-                    engine.fmt_bytes(self.disk_size(bench)),
-                    engine.fmt_bytes(self.base_size(bench))))
+                    sizes.human(self.disk_size(bench)),
+                    sizes.human(self.base_size(bench))))
         if self.beyond(bench):
             offset = self.offset(bench, BEYOND_GROUP)
             text += ('; "%s": the same writes from offset %s of %s disks '
                      'whose backing file holds %s, so every write lands '
                      'past its end (nothing to copy: most of a real disk)'
-                     % (BEYOND_GROUP, engine.fmt_bytes(offset),
-                        engine.fmt_bytes(self.group_disk_size(
+                     % (BEYOND_GROUP, sizes.human(offset),
+                        sizes.human(self.group_disk_size(
                             bench, BEYOND_GROUP)),
-                        engine.fmt_bytes(self.group_base_size(
+                        sizes.human(self.group_base_size(
                             bench, BEYOND_GROUP))))
         return text
 
@@ -436,8 +437,8 @@ class NewClusterWrites(_FirstWrites):
             return ('not measured in this run: %d writes %s apart over %s '
                     'of backing data are too few to time (at least %d); '
                     'the default run measures them' % (
-                        count, engine.fmt_bytes(self.step(bench, group)),
-                        engine.fmt_bytes(bench.config.write_base),
+                        count, sizes.human(self.step(bench, group)),
+                        sizes.human(bench.config.write_base),
                         MIN_NEW_CLUSTER_WRITES))
         return None
 
@@ -541,13 +542,13 @@ class RandomReads(Workload):
     @staticmethod
     def cold_group(bench):
         return ('%s, cold: first pass in a fresh QEMU, each L2 table read '
-                'on its first touch' % engine.fmt_bytes(
+                'on its first touch' % sizes.human(
                     bench.config.read_disk))
 
     @staticmethod
     def warm_group(bench):
         return ('%s, warm: second pass over the same points, same QEMU'
-                % engine.fmt_bytes(bench.config.read_disk))
+                % sizes.human(bench.config.read_disk))
 
     def result_fields(self, bench):
         return {'disk_size': bench.config.read_disk,
@@ -574,8 +575,8 @@ class RandomReads(Workload):
                 'reads all %d points twice, each pass in its own seeded '
                 'order, the same for every variant: no read lands on a hole '
                 'or an unallocated cluster' % (
-                    engine.fmt_bytes(cfg.read_disk),
-                    engine.fmt_bytes(cfg.small_base),
+                    sizes.human(cfg.read_disk),
+                    sizes.human(cfg.small_base),
                     cfg.read_points, cfg.read_points))
 
     def variants(self, bench):
@@ -648,9 +649,9 @@ class RandomReads(Workload):
             cache = policy.QEMU_DEFAULT_L2_CACHE
         covered = min(policy.l2_coverage(cluster, extended, cache), size)
         tables = len({point // span for point in self._points})
-        return {'l2_entry': '%s (maps %s)' % (engine.fmt_bytes(cluster),
-                                              engine.fmt_bytes(span)),
-                'l2_coverage': '%s (%d%%)' % (engine.fmt_bytes(covered),
+        return {'l2_entry': '%s (maps %s)' % (sizes.human(cluster),
+                                              sizes.human(span)),
+                'l2_coverage': '%s (%d%%)' % (sizes.human(covered),
                                               round(100 * covered / size)),
                 'l2_tables': str(tables)}
 
@@ -699,14 +700,14 @@ class Creation(Workload):
         return ('qcow2 overlays of a %s random-data backing file, as the '
                 'root disk of a flavor of that size; the raw reference is '
                 'one fallocate(2) call'
-                % engine.fmt_bytes(bench.config.small_base))
+                % sizes.human(bench.config.small_base))
 
     def cases(self, bench):
         bench.base(bench.config.small_base)
         sweep = self.name in bench.config.cluster_sweep
         cases = []
         for size in bench.config.create_sizes:
-            group = engine.fmt_bytes(size)
+            group = sizes.human(size)
             variants = list(self.VARIANTS)
             if sweep:
                 variants += [vs.PLUGIN_METADATA.with_cluster(name)
@@ -719,8 +720,8 @@ class Creation(Workload):
                 vs.PLUGIN_FULL, group=group, params={'size': size},
                 skip=('not measured: full writes %s of zeros; its creation '
                       'time at %s is in the seeds\' table'
-                      % (engine.fmt_bytes(size),
-                         engine.fmt_bytes(bench.config.write_disk)))))
+                      % (sizes.human(size),
+                         sizes.human(bench.config.write_disk)))))
         return cases
 
     def measure(self, bench, case, rep):
@@ -762,8 +763,8 @@ class Extents(Workload):
         return ('%s raw disks (images_type=raw: a copy of a %s random-data '
                 'base image, grown; plugin metadata does nothing to raw '
                 'disks, so it is not shown) on %s' % (
-                    engine.fmt_bytes(bench.config.extents_disk),
-                    engine.fmt_bytes(bench.config.small_base),
+                    sizes.human(bench.config.extents_disk),
+                    sizes.human(bench.config.small_base),
                     bench.fs_type))
 
     def cases(self, bench):

@@ -33,6 +33,7 @@ from prealloc_backend import exception
 from prealloc_backend import modes
 from prealloc_backend import policy
 import prealloc_backend.privsep
+from prealloc_backend import sizes
 
 # nova's options the plugin (and this command) reads: checked for valid
 # values beside all of [prealloc_backend] and [prealloc_backend_privsep].
@@ -159,7 +160,7 @@ def mode_source(conf):
 def describe_plan(plan):
     """What the backend does to a new disk, in words."""
     if plan.fmt is policy.DiskFormat.QCOW2:
-        cluster = ('a cluster size of %s' % result.human(plan.cluster_size)
+        cluster = ('a cluster size of %s' % sizes.human(plan.cluster_size)
                    if plan.cluster_size else "qemu-img's default cluster size")
         return ('qcow2 overlays created with extended_l2=%s, '
                 'preallocation=%s, %s'
@@ -216,7 +217,7 @@ def check_mode(host):
     facts['needed_bytes'] = plan.needed_bytes
     details = ('Mode %s from %s: %s for a %s disk on this host'
                % (mode.value, source, describe_plan(plan),
-                  result.human(host.disk_size)))
+                  sizes.human(host.disk_size)))
     if plan.warning:
         details += ' (%s)' % plan.warning
     if (mode is modes.Mode.METADATA and

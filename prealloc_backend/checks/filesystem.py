@@ -33,6 +33,7 @@ from oslo_utils import units
 from prealloc_backend.checks import result
 from prealloc_backend import exception
 from prealloc_backend import modes
+from prealloc_backend import sizes
 
 # Even a thin disk needs room: a qcow2 overlay's header and tables, the
 # journal file written beside each disk being made, the fallocate probe.
@@ -112,7 +113,7 @@ def check_free_space(host):
         return result.success(
             'images_type = %s: instance disks are not files in '
             'instances_path (%s free there for the image cache).'
-            % (host.conf.libvirt.images_type, result.human(free)),
+            % (host.conf.libvirt.images_type, sizes.human(free)),
             free_bytes=free)
     mode = host.mode
     facts = {'directory': fs['directory'], 'free_bytes': free,
@@ -132,17 +133,17 @@ def check_free_space(host):
             '%s free on the filesystem holding %s; a new %s disk in mode %s '
             '(%s) needs %s (%d bytes needed, at least %d, %d free): spawns '
             'fail with "Not enough space to preallocate disk".'
-            % (result.human(free), fs['instances_path'],
-               result.human(host.disk_size), mode.value, how,
-               result.human(needed), needed, MIN_FREE_BYTES, free),
+            % (sizes.human(free), fs['instances_path'],
+               sizes.human(host.disk_size), mode.value, how,
+               sizes.human(needed), needed, MIN_FREE_BYTES, free),
             'Free space on that filesystem or move instances_path to a '
             'larger one (each new image also needs its copy in '
             'instances_path/_base).', **facts)
     details = ('%s free on the filesystem holding %s: room for %d new %s '
                'disk(s) in mode %s (%s, %s each)'
-               % (result.human(free), fs['instances_path'], free // room,
-                  result.human(host.disk_size), mode.value, how,
-                  result.human(needed)))
+               % (sizes.human(free), fs['instances_path'], free // room,
+                  sizes.human(host.disk_size), mode.value, how,
+                  sizes.human(needed)))
     try:
         worst = host.plan(host.disk_size, mode=modes.Mode.FULL).needed_bytes
     except exception.FallocateUnsupported:

@@ -43,6 +43,7 @@ from prealloc_backend import exception
 from prealloc_backend import modes
 from prealloc_backend import policy
 from prealloc_backend import process
+from prealloc_backend import sizes
 
 # libvirt's defaults when qemu.conf does not set them.
 DEFAULTS = {'dynamic_ownership': 1, 'remember_owner': 1}
@@ -275,7 +276,7 @@ def check_metadata_cache(host):
     if host.disk_format is not policy.DiskFormat.QCOW2:
         return result.success('Instance disks are not qcow2: no metadata '
                               'cache in the guest XML.', **facts)
-    size = result.human(host.disk_size)
+    size = sizes.human(host.disk_size)
     plan = host.plan(host.disk_size)
     who = 'A %s qcow2 disk' % size
     if plan.mode is modes.Mode.NONE:
@@ -297,7 +298,7 @@ def check_metadata_cache(host):
             return result.success(
                 "%s gets no <metadata_cache>: QEMU's default L2 cache "
                 '(%s) covers it. Check a larger disk with --disk-size.'
-                % (who, result.human(policy.QEMU_DEFAULT_L2_CACHE)),
+                % (who, sizes.human(policy.QEMU_DEFAULT_L2_CACHE)),
                 **facts)
         return result.warning(
             "%s gets no <metadata_cache>: the cache covering it would "
@@ -316,7 +317,7 @@ def check_metadata_cache(host):
             'Make sure libvirt runs on this host.', **facts)
     facts.update(libvirt_daemon=daemon,
                  libvirt_version='.'.join(map(str, version or ())) or None)
-    said = '%s gets <metadata_cache> of %s' % (who, result.human(cache))
+    said = '%s gets <metadata_cache> of %s' % (who, sizes.human(cache))
     if daemon is None:
         return result.warning(
             said + '; no libvirt daemon (%s) found to tell whether libvirt '

@@ -44,6 +44,7 @@ from prealloc_backend import exception
 from prealloc_backend import modes
 from prealloc_backend import policy
 from prealloc_backend import qemu
+from prealloc_backend import sizes
 
 # The overlay the check creates, its base, and what it grows it to.
 PROBE_BASE_BYTES = units.Mi
@@ -220,7 +221,7 @@ def check_qemu_img(host):
     if fs['free_bytes'] < PROBE_MIN_FREE:
         return result.warning(
             '%s; no test overlay created: only %s free on the filesystem '
-            'holding %s.' % (line, result.human(fs['free_bytes']),
+            'holding %s.' % (line, sizes.human(fs['free_bytes']),
                              fs['instances_path']),
             'Free space there (see the free space check) and run the check '
             'again.', **facts)
@@ -242,11 +243,11 @@ def check_qemu_img(host):
     facts.update(tested)
     details = ('%s created a %s overlay with %s, cluster_size=%s in %s (%s '
                'allocated) and grew it to %s (%s allocated).'
-               % (line, result.human(PROBE_OVERLAY_BYTES), said,
-                  result.human(_layout(plan).cluster_size), fs['directory'],
-                  result.human(tested['allocated_bytes']),
-                  result.human(PROBE_GROWN_BYTES),
-                  result.human(tested['grown_allocated_bytes'])))
+               % (line, sizes.human(PROBE_OVERLAY_BYTES), said,
+                  sizes.human(_layout(plan).cluster_size), fs['directory'],
+                  sizes.human(tested['allocated_bytes']),
+                  sizes.human(PROBE_GROWN_BYTES),
+                  sizes.human(tested['grown_allocated_bytes'])))
     if plan.warning:
         details += ' (%s)' % plan.warning
     if note:

@@ -22,7 +22,6 @@ Nothing here touches the filesystem.
 """
 
 from oslo_upgradecheck import upgradecheck
-from oslo_utils import units
 
 Code = upgradecheck.Code
 
@@ -46,12 +45,3 @@ def warning(details, fix, **facts):
 
 def failure(details, fix, **facts):
     return Result(Code.FAILURE, details, fix=fix, facts=facts)
-
-
-def human(nbytes):
-    """1536 -> '1.5 KiB'."""
-    for unit, factor in (('TiB', units.Ti), ('GiB', units.Gi),
-                         ('MiB', units.Mi), ('KiB', units.Ki)):
-        if nbytes >= factor:
-            return '%.1f %s' % (nbytes / factor, unit)
-    return '%d bytes' % nbytes

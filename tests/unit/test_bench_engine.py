@@ -27,14 +27,6 @@ from tests import base
 
 class HelpersTestCase(base.TestCase):
 
-    def test_fmt_bytes(self):
-        for value, text in ((None, '-'), (0, '0 B'), (1023, '1023 B'),
-                            (units.Ki, '1 KiB'), (196 * units.Ki, '196 KiB'),
-                            (3 * units.Gi // 2, '1.5 GiB'),
-                            (units.Gi, '1 GiB'), (12 * units.Gi, '12 GiB'),
-                            (units.Ti, '1 TiB')):
-            self.assertEqual(text, engine.fmt_bytes(value), value)
-
     def test_rotated(self):
         self.assertEqual([], engine.rotated([], 3))
         self.assertEqual(['b', 'c', 'a'], engine.rotated(['a', 'b', 'c'], 1))

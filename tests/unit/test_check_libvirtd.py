@@ -243,7 +243,7 @@ class TestMetadataCache(LibvirtCase):
         res = libvirtd.check_metadata_cache(host)
         self.assertIsNone(self.plan(host).metadata_cache_bytes)
         self.assertEqual(libvirtd.result.Code.SUCCESS, res.code, res.details)
-        self.assertIn("QEMU's default L2 cache (32.0 MiB) covers it",
+        self.assertIn("QEMU's default L2 cache (32 MiB) covers it",
                       res.details)
         self.assertNotIn('libvirt_version', res.facts)
 

@@ -15,7 +15,6 @@ oslo.upgradecheck reads it, with its fix and facts.
 """
 
 from oslo_upgradecheck import upgradecheck
-from oslo_utils import units
 from oslotest import base
 
 from prealloc_backend.checks import result
@@ -40,11 +39,3 @@ class ResultTestCase(base.BaseTestCase):
         a, b = result.success('a'), result.success('b')
         a.facts['x'] = 1
         self.assertEqual({}, b.facts)
-
-    def test_human(self):
-        self.assertEqual('0 bytes', result.human(0))
-        self.assertEqual('1023 bytes', result.human(1023))
-        self.assertEqual('1.5 KiB', result.human(1536))
-        self.assertEqual('1.0 MiB', result.human(units.Mi))
-        self.assertEqual('20.0 GiB', result.human(20 * units.Gi))
-        self.assertEqual('2.5 TiB', result.human(5 * units.Ti // 2))
