@@ -40,11 +40,19 @@ LOG = logging.getLogger(__name__)
 def _watch(channel):
     """Fail the pending calls of a channel whose reader thread ended.
 
-    NOTE: oslo.privsep 3.12's reader thread ends on ECONNRESET (what a
-    killed daemon leaves) without failing the pending calls or marking the
-    channel stopped: the pending call, and every later one, would wait
-    forever. Do what its EOF branch does: fail them and mark the channel
-    stopped, so that the next call starts a new daemon.
+    NOTE(oslo.privsep): comm.ClientChannel._reader_main (3.12, and master
+    at 1e31e77) handles only EOF: any other error from the socket ends the
+    reader thread, and ECONNRESET is what a daemon killed mid-call leaves.
+    The thread then dies without failing the pending calls or setting
+    ``running = False``, so the pending call, and every later one, waits
+    forever. https://bugs.launchpad.net/bugs/1623286 reported this hang
+    for socket.timeout, and its fix (oslo.privsep commit 3b53619) skips
+    only that error in comm.Deserializer; ``running``, added for
+    https://bugs.launchpad.net/bugs/1715374 (commit e896ed3), is cleared
+    only on EOF. No upstream report of the ECONNRESET case was found. So
+    do what the EOF branch does: fail the pending calls and mark the
+    channel stopped, so that the next call starts a new daemon. Drop this
+    when _reader_main handles every socket error.
     """
     channel.reader_thread.join()
     error = OSError(errno.EPIPE, 'the prealloc_backend privsep daemon died')
@@ -72,16 +80,20 @@ class _PrivContext(priv_context.PrivContext):
         daemon gone marks the channel it used stopped before the error
         propagates.
 
-        NOTE(prealloc_backend): a call sent to a daemon that was just
-        killed fails with EPIPE or ECONNRESET from the socket, before
-        oslo.privsep's reader thread (or _watch, after it) has marked the
-        channel stopped. The next call then found the channel still
-        "running", was sent into the same dead socket and failed too (seen
-        once in tests/privileged/test_privsep_daemon_root.py under load).
-        Marking it here, in the caller's thread, makes the next call start
-        a new daemon whatever the reader thread has done so far. The
-        channel marked is the one this call used, never one another thread
-        started meanwhile. Not reported upstream yet.
+        NOTE(oslo.privsep): PrivContext._wrap tests ``channel.running``
+        only before it sends, and only the reader thread clears it. A call
+        sent to a daemon that was just killed fails with EPIPE or
+        ECONNRESET from the socket before the reader thread (or _watch,
+        after it) has marked the channel stopped; the next call then found
+        the channel still "running", was sent into the same dead socket
+        and failed too (seen once in
+        tests/privileged/test_privsep_daemon_root.py under load). Marking
+        it here, in the caller's thread, makes the next call start a new
+        daemon whatever the reader thread has done so far. The channel
+        marked is the one this call used, never one another thread started
+        meanwhile. No upstream report of this race was found (the nearest,
+        https://bugs.launchpad.net/bugs/1715374, made the context restart a
+        channel already marked stopped).
         """
         if not self.client_mode:
             return func(*args, **kwargs)
