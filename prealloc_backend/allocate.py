@@ -23,7 +23,7 @@ decision stays in policy.make_plan.
 ``dig_holes`` does the opposite for a metadata-mode disk that arrived
 fully written: holes where whole blocks read as zeros.
 
-NOTE: os-brick and os-vif call a privileged
+os-brick and os-vif call a privileged
 entrypoint once and let a dead daemon's error through. Here a call whose
 daemon died under it is made once more (``_privileged``): both entrypoints
 are idempotent on the same range, and a spawn or hard reboot should not
@@ -94,7 +94,7 @@ def allocate_file(path, plan, replan, opts, check_cancelled=None):
         return
     st = os.stat(path)
     size = st.st_size
-    # NOTE: st_blocks, not SEEK_HOLE: blocks reserved by fallocate are
+    # st_blocks, not SEEK_HOLE: blocks reserved by fallocate are
     # unwritten extents that SEEK_HOLE may report as holes, and a disk
     # allocated long ago must not fail a hard reboot on a full host.
     unallocated = max(0, size - st.st_blocks * 512)
@@ -191,7 +191,7 @@ def check_not_deleted(instance, path):
 def dig_holes(path):
     """A metadata-mode disk that arrived on this host fully written.
 
-    NOTE: nova's default transport (``[libvirt]
+    NOTE(nova): nova's default transport (``[libvirt]
     remote_filesystem_transport = ssh``: scp, SshDriver in
     nova/virt/libvirt/volume/remotefs.py) writes every
     byte of a cold-migrated disk, zeros included, so a metadata overlay

@@ -86,7 +86,7 @@ _not_applied_logged = set()
 def _extra_specs(instance):
     """The instance's flavor extra specs; {} when there is no instance.
 
-    NOTE: read only when the caller loaded the flavor
+    NOTE(nova): read only when the caller loaded the flavor
     (``obj_attr_is_set``): reading ``instance.flavor`` otherwise makes
     nova lazy-load it from the database, which fails with
     OrphanedObjectError on an instance without a context. Every nova path
@@ -143,7 +143,7 @@ def plan_new_disk(instance, path, fmt, virtual_size, backing=True,
 def _flushed(fetch_func):
     """fetch_func, then the file it wrote flushed to disk.
 
-    NOTE: nova copies a raw base into the instance disk with cp, which
+    NOTE(nova): nova copies a raw base into the instance disk with cp, which
     finds data with SEEK_DATA. On ext4 without extents (kernel 6.18,
     coreutils 9.1 seen here) SEEK_DATA misses data not yet written back,
     so cp copies it as holes: the disk silently lacks part of its image.
@@ -250,7 +250,7 @@ class _PreallocImage:
                                        self.MADE_AS)
 
     def resolve_driver_format(self):
-        # NOTE: nova reads disk.info first and only asks
+        # NOTE(nova): nova reads disk.info first and only asks
         # _get_driver_format for a disk it does not list. While a migration
         # is finished here the source's domain XML is the record: it wins,
         # and replaces what disk.info said (a move can leave it stale: a
@@ -270,10 +270,11 @@ class _PreallocImage:
     def _get_driver_format(self):
         """A disk disk.info does not list: never its header's word.
 
-        NOTE: nova's Flat asks ``qemu-img info`` without ``-f`` here and
-        records what the header says (nova bug 1221190's class): a raw
-        disk whose guest wrote a qcow2 header would be handed to QEMU as
-        qcow2, its backing file read for the guest.
+        NOTE(nova): nova 34's Flat asks ``qemu-img info`` without ``-f``
+        here and records what the header says (the class of
+        https://bugs.launchpad.net/nova/+bug/1221190): a raw disk whose
+        guest wrote a qcow2 header would be handed to QEMU as qcow2, its
+        backing file read for the guest.
         """
         if self.MADE_AS != 'raw' or not os.path.exists(self.path):
             # nova's Qcow2: its own format (a disk recorded otherwise, or
@@ -320,7 +321,7 @@ class _PreallocImage:
         """Bring an existing qcow2 file (a Qcow2 disk, or a qcow2 disk on a
         raw host's Flat) to this host's mode after nova copied it.
         """
-        # NOTE: nova copies the disks of a resized or cold-migrated
+        # NOTE(nova): nova copies the disks of a resized or cold-migrated
         # instance with 'cp -r' (same host or shared storage) or 'rsync
         # --sparse': the blocks preallocation=falloc reserved come out as
         # holes, while the qcow2 metadata still maps every cluster (seen
@@ -495,7 +496,7 @@ class Flat(_PreallocImage, imagebackend.Flat):
         self._plan(policy.DiskFormat.RAW, size)
 
     def resize_image(self, size):
-        # NOTE: right after nova's copy of the base, driver_format still
+        # NOTE(nova): right after nova's copy of the base, driver_format still
         # says 'raw' even for a qcow2 copy (force_raw_images=False): nova
         # would grow it with 'qemu-img resize -f raw', extending the qcow2
         # file as raw data, after which a preallocating qcow2 grow fails.

@@ -100,8 +100,8 @@ FALLOCATE_UNSUPPORTED_CHOICES = [
 class Integer(types.Integer):
     """oslo.config's Integer, whose errors name the value.
 
-    NOTE: oslo.config says 'Should be greater than or equal to 1' without
-    the value it refused, and turns an empty value into None.
+    NOTE(oslo.config): oslo.config says 'Should be greater than or equal to 1'
+    without the value it refused, and turns an empty value into None.
     """
 
     def __call__(self, value):
@@ -322,9 +322,9 @@ def _privsep_opts():
     opts = copy.deepcopy(priv_context.OPTS)
     for opt in opts:
         if opt.dest == 'capabilities':
-            # NOTE: the context sets this default (set_default) when it is
-            # created; the library's own default is an empty list, which
-            # the sample would show otherwise.
+            # NOTE(oslo.privsep): the context sets this default (set_default)
+            # when it is created; the library's own default is an empty list,
+            # which the sample would show otherwise.
             opt.default = [capabilities.CAP_DAC_OVERRIDE]
             opt.sample_default = 'CAP_DAC_OVERRIDE'
     return opts

@@ -130,13 +130,13 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                   'cache': CONF.prealloc_backend.qcow2_l2_cache})
 
     def _disk_raw_to_qcow2(self, path):
-        # NOTE: nova calls this static method from finish_migration without
-        # the instance, right after _create_image (below) in the same
+        # NOTE(nova): nova calls this static method from finish_migration
+        # without the instance, right after _create_image (below) in the same
         # thread; it would convert thin, where this host's plan applies.
         instance = events.instance_for(path)
         if not migrationops.convert_raw_disk(instance, path):
             migrationops.convert_raw_disk_thin(path)
-        # NOTE: nova leaves disk.info saying 'raw' for the converted disk
+        # NOTE(nova): nova leaves disk.info saying 'raw' for the converted disk
         # (it never rewrites an entry): the record now says what it is.
         formats.converted(path, 'qcow2')
 
@@ -154,11 +154,11 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         power_on: bool = True,
         share_info: 'objects.ShareMappingList | None' = None,
     ) -> None:
-        # NOTE: disk_info is the source host's list of the instance's disks,
-        # each with the format its domain XML gave QEMU ('type'): the
-        # record of each disk's format while the move is finished here,
-        # over disk.info (which the move may have lost or left stale) and
-        # never a header the guest wrote (formats.migration_formats).
+        # NOTE(nova): disk_info is the source host's list of the instance's
+        # disks, each with the format its domain XML gave QEMU ('type'): the
+        # record of each disk's format while the move is finished here, over
+        # disk.info (which the move may have lost or left stale) and never a
+        # header the guest wrote (formats.migration_formats).
         formats_by_name = {}
         for info in jsonutils.loads(disk_info or '[]'):
             if info.get('path') and info.get('type'):
@@ -172,10 +172,10 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
 
     def _create_image(self, context, instance, disk_mapping, *args,
                       **kwargs):
-        # NOTE: every disk nova makes for spawn, rescue and finish_migration
-        # is made here: record it as an instance-action event of this host,
-        # so that the user sees where disks were made and, when they could
-        # not be, why (the event's details), even when nova then
+        # NOTE(nova): every disk nova makes for spawn, rescue and
+        # finish_migration is made here: record it as an instance-action event
+        # of this host, so that the user sees where disks were made and, when
+        # they could not be, why (the event's details), even when nova then
         # reschedules the build and its own events read 'Success'.
         events.remember(instance)
         with events.DiskEvent(context, instance):
@@ -202,7 +202,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
 
     def check_source_migrate_data_at_dest(self, ctxt, instance, migrate_data,
                                          migration, limits, allocs):
-        # NOTE: the last check nova runs on the destination of a live
+        # NOTE(nova): the last check nova runs on the destination of a live
         # migration (inside the compute manager's
         # check_can_live_migrate_destination), once the source said whether
         # the instance directory is shared, before anything moves. Refused
@@ -222,7 +222,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
 
     def _create_images_and_backing(self, context, instance, instance_dir,
                                    disk_info, fallback_from_host=None):
-        # NOTE: nova's pre_live_migration makes a block live migration's
+        # NOTE(nova): nova's pre_live_migration makes a block live migration's
         # disks here, on the destination. Disks with a backing file go
         # through the image backend (the plugin's overlays), but disks
         # without one (raw files, standalone qcow2) nova makes with

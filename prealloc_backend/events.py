@@ -19,7 +19,7 @@ Also the instance whose disks this thread is making (``remember``): nova
 calls ``_disk_raw_to_qcow2``, a static method, without the instance, right
 after ``_create_image`` in the same thread of finish_migration.
 
-NOTE: compute-hyperv keeps no module like this one (its driver records no
+compute-hyperv keeps no module like this one (its driver records no
 events of its own); one module per concern is its shape, which this
 follows.
 """

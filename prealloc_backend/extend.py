@@ -43,10 +43,13 @@ def grow_raw(path, size):
     does (``qemu-img resize -f raw``, then e2fsck/resize2fs when it holds
     an ext filesystem), without its header-probing ``qemu-img info``.
 
-    NOTE: nova 34's extend() first asks ``qemu-img info`` without ``-f``
-    for the current size (can_resize_image): a raw disk's guest-written
-    qcow2 header would decide it, and qemu-img would open the data-file
-    that header names. A raw file's size is its length.
+    NOTE(nova): nova 34's extend() first asks ``qemu-img info`` without
+    ``-f`` for the current size (can_resize_image): a raw disk's
+    guest-written qcow2 header would decide it, and qemu-img would open the
+    data-file that header names. OSSA-2026-002
+    (https://launchpad.net/bugs/2137507, CVE-2026-24708) gave extend()'s
+    ``qemu-img resize`` its ``-f``; that probe still has none. A raw
+    file's size is its length.
     """
     if size <= os.stat(path).st_size:
         return
@@ -65,7 +68,7 @@ def resize_qcow2_fs(path):
     """Resize the filesystem of a grown qcow2 disk as nova's disk.api.extend
     does with ``[DEFAULT] resize_fs_using_block_device = True``.
 
-    NOTE: nova 34's extend() runs 'qemu-img resize' and then, for qcow2
+    NOTE(nova): nova 34's extend() runs 'qemu-img resize' and then, for qcow2
     only when that option is set, resize2fs on the disk mounted through
     nbd (errors logged at debug level). It does nothing when the disk is
     already at its size, which is how the plugin leaves it: so the plugin

@@ -365,7 +365,7 @@ def zero_fill(fd, start, end, before_write=None, lock=None):
                 with guard:
                     if before_write is not None:
                         before_write(run_length)
-                    # NOTE: pwrite(2) past the end of a file grows it; no
+                    # pwrite(2) past the end of a file grows it; no
                     # flag forbids that. The size is checked right before
                     # each write and right after it, which narrows a
                     # concurrent truncate to a window of one system call

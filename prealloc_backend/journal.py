@@ -126,7 +126,7 @@ class Journal:
             return
         record = self._read()
         if record is False:
-            # NOTE: begin() completes (written, fsynced, renamed) before
+            # begin() completes (written, fsynced, renamed) before
             # the work on the disk starts, so an unreadable journal means a
             # crash inside begin(): whatever disk is there was not made by
             # this plugin (it may hold a guest's data). Keep it.

@@ -20,7 +20,7 @@ so what is refused is what would not fit. A refusal is the exception nova
 turns into keeping the instance where it was: MigrationPreCheckError for a
 live migration, ComputeResourcesUnavailable for an evacuation.
 
-NOTE: compute-hyperv splits this into livemigrationops.py and
+compute-hyperv splits this into livemigrationops.py and
 migrationops.py, classes holding the driver's helpers. Here the live
 migration and the evacuation share the room check, and the few nova
 helpers a disk needs are the driver's methods: plain functions, handed the
@@ -230,7 +230,7 @@ def evacuation(instance):
     except exception.PreallocError as exc:
         if isinstance(exc, exception.AllocationCancelled):
             raise
-        # NOTE: nova has already bound the server's ports and
+        # NOTE(nova): nova has already bound the server's ports and
         # volume attachments to this host by the time spawn runs
         # (_do_rebuild_instance); nova's own
         # ComputeResourcesUnavailable branch does not undo that.
@@ -317,8 +317,8 @@ def convert_raw_disk(instance, path):
     conversion applies: mode none, or no room (an existing guest's disk is
     never failed for space).
 
-    NOTE: nova converts it thin (``qemu-img convert -O qcow2``), after its
-    _create_image already ran, so the destination's policy would never
+    NOTE(nova): nova converts it thin (``qemu-img convert -O qcow2``), after
+    its _create_image already ran, so the destination's policy would never
     apply.
     """
     plan = backend.plan_new_disk(instance, path, policy.DiskFormat.QCOW2,

@@ -119,10 +119,10 @@ def execute(*cmd, timeout=None, limits=None, stdin=None, cwd=None,
 
 
 def _is_timeout(exc):
-    # NOTE: not isinstance(exc, subprocess.TimeoutExpired). Under eventlet
-    # (nova's monkey patching, which the tests use), processutils runs
-    # eventlet's green Popen, built on a second copy of the subprocess
-    # module: its TimeoutExpired is another class of the same name.
+    # NOTE(eventlet): not isinstance(exc, subprocess.TimeoutExpired). Under
+    # eventlet (nova's monkey patching, which the tests use), processutils runs
+    # eventlet's green Popen, built on a second copy of the subprocess module:
+    # its TimeoutExpired is another class of the same name.
     return any(cls.__name__ == 'TimeoutExpired' and
                cls.__module__ == subprocess.__name__
                for cls in type(exc).__mro__)

@@ -19,7 +19,7 @@ so that a disk at ``path`` is always complete; a grown disk must report
 the size asked for. The zeros of ``preallocation=full`` are dropped from
 the host's page cache once they are on disk (_drop_zeros).
 
-NOTE: not in qemu.py, which stays one thin wrapper per qemu-img verb; the
+Not in qemu.py, which stays one thin wrapper per qemu-img verb; the
 steps that make one disk out of several commands, and the temporary file,
 are here.
 """
@@ -183,9 +183,9 @@ def convert_raw(path, plan, timeout=None):
     try:
         qemu.convert(path, 'raw', tmp, plan, convert_cache(path),
                      timeout=timeout or None, path=path)
-        # NOTE(prealloc_backend): -t none keeps the copied data out of the
-        # page cache, not the zeros of preallocation=full, written when
-        # the file is made.
+        # NOTE(qemu): qemu-img convert's -t none keeps the copied data out
+        # of the page cache, not the zeros of preallocation=full, written
+        # when the file is made.
         _drop_zeros(tmp, plan)
         fileops.sync(tmp)
     except BaseException:

@@ -10,10 +10,10 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-# NOTE: as nova's own test packages do, decide the concurrency mode before
-# anything imports eventlet (oslo.privsep would): with
-# OS_NOVA_DISABLE_EVENTLET_PATCHING=true (tox.ini) nova runs on native
-# threads and forbids eventlet from then on.
+# NOTE(nova): as nova's own test packages do, decide the concurrency mode
+# before anything imports eventlet (oslo.privsep would): with
+# OS_NOVA_DISABLE_EVENTLET_PATCHING=true (tox.ini) nova runs on native threads
+# and forbids eventlet from then on.
 # autopep8: off
 from nova import monkey_patch; monkey_patch.patch()  # noqa
 # autopep8: on

@@ -143,7 +143,7 @@ def write_pattern(path, size, seed, data_every=4, block=64 * 1024):
             f.seek(offset)
             f.write(data)
             written.append((offset, data))
-        # NOTE: flushed like a downloaded image would be. On ext4 without
+        # NOTE(nova): flushed like a downloaded image would be. On ext4 without
         # extents (kernel 6.18 seen here) SEEK_DATA misses unflushed
         # delayed-allocation data, and cp (which nova uses to copy raw
         # bases) then copies those ranges as holes.
@@ -228,7 +228,7 @@ def skip_unless_pages_drop(test, directory):
     pages cached after POSIX_FADV_DONTNEED (tmpfs: its pages are the
     file), so that a page-cache assertion cannot fail for that reason.
     """
-    # NOTE: not fileops.drop_page_cache, the code under test: broken, it
+    # Not fileops.drop_page_cache, the code under test: broken, it
     # would make this probe skip the tests that should catch it.
     path = os.path.join(directory, '.pages-probe')
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -498,7 +498,7 @@ def make_disk(path, size=PRIVSEP_DISK_SIZE):
         f.write(b'\xa5' * 65536)
         f.seek(2 * units.Mi)
         f.write(b'\x5a' * 4096)
-        # NOTE: flushed, so that its extents (part of the state compared
+        # Flushed, so that its extents (part of the state compared
         # before and after each call) are final, not delayed allocations.
         f.flush()
         os.fsync(f.fileno())

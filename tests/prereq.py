@@ -33,8 +33,9 @@ import subprocess
 import sys
 import unittest
 
-# NOTE: unittest and testtools leave frames of modules that set this out of
-# the tracebacks they print, so that a failing stand-in prints its one line.
+# NOTE(unittest): unittest and testtools leave frames of modules that set this
+# out of the tracebacks they print, so that a failing stand-in prints its one
+# line.
 __unittest = True
 
 ROOT = 'root'
@@ -105,7 +106,7 @@ RUN_AS_ROOT = {
 
 
 def _which(command):
-    # NOTE: the PATH the tests see (tox.ini adds the sbin directories,
+    # The PATH the tests see (tox.ini adds the sbin directories,
     # which Debian leaves out of a user's PATH).
     return shutil.which(command)
 

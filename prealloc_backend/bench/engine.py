@@ -279,7 +279,7 @@ class Bench:
         settings.__enter__()
         self._cleanups.append(lambda: settings.__exit__(None, None, None))
         if self.privsep_in_process:
-            # NOTE: the entrypoints run in this process (as the unit tests
+            # The entrypoints run in this process (as the unit tests
             # run them): they keep their own argument checks, only the
             # daemon and its socket are left out. The disks are ours, so
             # no privilege is needed; the report says so.

@@ -529,7 +529,7 @@ def download_kernel(cache=None, package=KERNEL_PACKAGE):
     if not match:
         raise GuestError('apt-cache cannot resolve %s to a kernel package '
                          '(run apt-get update?)' % package)
-    # NOTE: as root, apt's _apt sandbox user cannot write into the cache;
+    # NOTE(apt): as root, apt's _apt sandbox user cannot write into the cache;
     # the download itself is verified by apt either way.
     process.execute('apt-get', 'download', '-q', '-o',
                     'APT::Sandbox::User=root', match.group(1), cwd=cache)

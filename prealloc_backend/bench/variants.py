@@ -177,7 +177,7 @@ def session_settings(instances_path):
 def forget_nova_probe():
     """Drop stock nova's cached fallocate probe.
 
-    NOTE: nova's Image._can_fallocate() stores its answer on the image
+    NOTE(nova): nova's Image._can_fallocate() stores its answer on the image
     class (``can_fallocate``), so whichever filesystem a process probed first
     decides for every later path. The benchmark may run after something else
     probed another filesystem: ask again.
@@ -313,7 +313,7 @@ def make_disk(variant, instances_path, base_path, size,
 def _settle(path):
     """Write back what making a disk left dirty before any timed run.
 
-    NOTE: a disk's creation can leave dirty pages (the base copied for a
+    A disk's creation can leave dirty pages (the base copied for a
     raw disk, qcow2 metadata) whose writeback would otherwise run during a
     later timed run, of whichever variant it times. Every disk is settled
     the same way, after its creation time was taken (nova does not wait

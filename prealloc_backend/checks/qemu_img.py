@@ -111,14 +111,14 @@ CREATE_FLAGS = (os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC |
 
 
 def _no_prlimit_wrapper():
-    """NOTE: qemu.execute gives every qemu-img run prlimits, which
-    oslo.concurrency's processutils.execute applies by running
+    """NOTE(oslo.concurrency): qemu.execute gives every qemu-img run prlimits,
+    which oslo.concurrency's processutils.execute applies by running
     ``sys.executable -m oslo_concurrency.prlimit`` (python_exec defaults to
     sys.executable). The child has dropped to the nova user, who may not be
-    allowed to run the interpreter root runs this command with (a
-    virtualenv under /root): then this child's qemu-img runs go without
-    the wrapper. They only read and write the two files the child just
-    made; the limits guard against untrusted images.
+    allowed to run the interpreter root runs this command with (a virtualenv
+    under /root): then this child's qemu-img runs go without the wrapper. They
+    only read and write the two files the child just made; the limits guard
+    against untrusted images.
     """
     if os.access(sys.executable, os.X_OK):
         return

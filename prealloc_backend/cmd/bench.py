@@ -153,8 +153,8 @@ def _progress(message):
 
 
 def run(args):
-    # NOTE: importing nova pulls in eventlet, which warns about its own
-    # deprecation; that says nothing about the benchmark.
+    # NOTE(eventlet): importing nova pulls in eventlet, which warns about its
+    # own deprecation; that says nothing about the benchmark.
     warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format='%(levelname)s %(name)s: %(message)s')

@@ -113,12 +113,12 @@ ROOT_OWNED = ('it is owned by root; nova\'s user must own it (the daemon '
 def pinned_root():
     """The daemon's pinned instances_path (a beneath.Root).
 
-    NOTE: oslo.privsep gives a context no hook that runs when its daemon
-    starts (privsep-helper imports the context's module, which nova-compute
-    imports too, then runs the request loop), so the root is pinned by the
-    first call that reaches the daemon, under a lock. That first call comes
-    from nova-compute right after it started the daemon, and the pin is
-    kept for the daemon's life. It is keyed by the configured string: the
+    NOTE(oslo.privsep): oslo.privsep gives a context no hook that runs when its
+    daemon starts (privsep-helper imports the context's module, which
+    nova-compute imports too, then runs the request loop), so the root is
+    pinned by the first call that reaches the daemon, under a lock. That first
+    call comes from nova-compute right after it started the daemon, and the pin
+    is kept for the daemon's life. It is keyed by the configured string: the
     daemon never reloads its configuration, so in the daemon it is pinned
     exactly once; in-process (tests) a test that points instances_path
     elsewhere gets a new pin. If instances_path cannot be pinned (``pin``:
@@ -173,12 +173,11 @@ def _allowed_uids(root):
     which libvirt's dynamic_ownership gives a running guest's disks. Never
     uid 0 in the daemon (``_root_may_own``).
 
-    NOTE: the client's uid (SO_PEERCRED on the privsep socket) would be a
-    better anchor than the owner of instances_path, but oslo.privsep gives
-    an entrypoint no access to its channel's socket (only a scan of
-    /proc/self/fd could find it). The owner of instances_path is not
-    chosen by a configuration file alone: root-owned directories are
-    refused when pinned.
+    NOTE(oslo.privsep): the client's uid (SO_PEERCRED on the privsep socket)
+    would be a better anchor than the owner of instances_path, but oslo.privsep
+    gives an entrypoint no access to its channel's socket (only a scan of
+    /proc/self/fd could find it). The owner of instances_path is not chosen by
+    a configuration file alone: root-owned directories are refused when pinned.
     """
     uids = {root.uid}
     for name in CONF.prealloc_backend.qemu_users:
@@ -219,7 +218,7 @@ def _check_disk(path, st, root):
             path=path, reason='refused: it is on another filesystem than '
                               'instances_path')
     if st.st_nlink != 1:
-        # NOTE: nova never hard-links disks; a second link could be a file
+        # nova never hard-links disks; a second link could be a file
         # outside the tree.
         raise exception.InvalidPath(
             path=path, reason='it has %d hard links (a disk has one)'

@@ -16,7 +16,7 @@ See tests/conformance/base.py for how the plugin's classes are put in place
 and how the preallocation modes are applied.
 """
 
-# NOTE: as nova's own test packages do (nova/tests/unit/__init__.py,
+# NOTE(nova): as nova's own test packages do (nova/tests/unit/__init__.py,
 # nova/tests/functional/__init__.py), patch before anything imports nova's
 # services. With OS_NOVA_DISABLE_EVENTLET_PATCHING=true (tox.ini) it selects
 # native threads and patches nothing.

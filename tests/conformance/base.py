@@ -110,7 +110,7 @@ class PluginInPlace(fixtures.Fixture):
         if self.compute_driver:
             self.useFixture(fixtures.MonkeyPatch(
                 'nova.virt.driver.load_compute_driver', self._record_load))
-        # NOTE: the plugin's entrypoints in this process, as nova's
+        # The plugin's entrypoints in this process, as nova's
         # PrivsepFixture does for nova's context (tests.fixtures.
         # PrivsepInProcess would also switch nova's context, which nova's
         # tests leave to the daemon-less PrivsepNoHelperFixture).
@@ -142,7 +142,7 @@ class PluginInPlaceMixin:
         # made before setUp, e.g. in ServersTestBase).
         CONF.set_override('preallocate_images', self.prealloc_mode)
         CONF.set_override('mode', None, group='prealloc_backend')
-        # NOTE: a wheel-installed nova keeps api-paste.ini under the
+        # NOTE(nova): a wheel-installed nova keeps api-paste.ini under the
         # environment's etc/, not beside the package where nova's test
         # base looks for it (only functional tests read it).
         CONF.set_override('api_paste_config', os.path.join(
@@ -163,7 +163,7 @@ class PluginInPlaceMixin:
             # setUp starts nothing), run after the test.
             self.addCleanup(self._check_plugin_drivers, in_place)
 
-    # NOTE: nova's waits poll 10 times, 0.5 s apart (5 s), sized for
+    # NOTE(nova): nova's waits poll 10 times, 0.5 s apart (5 s), sized for
     # nova's CI workers; a 2-vCPU machine running two test workers can
     # take longer to reach a state. Only the default is raised (a wait a
     # test sized itself keeps its own), and only how long to wait: what

@@ -10,9 +10,9 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-# NOTE: as nova's own functional package does, patch before anything imports
-# nova's services. With OS_NOVA_DISABLE_EVENTLET_PATCHING=true (tox.ini) it
-# selects native threads and patches nothing.
+# NOTE(nova): as nova's own functional package does, patch before anything
+# imports nova's services. With OS_NOVA_DISABLE_EVENTLET_PATCHING=true
+# (tox.ini) it selects native threads and patches nothing.
 # autopep8: off
 from nova import monkey_patch ; monkey_patch.patch()  # noqa
 # autopep8: on

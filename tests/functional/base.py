@@ -189,18 +189,18 @@ class ServersTestBase(libvirt_base.ServersTestBase):
         self.instances_path = os.path.join(self.work_dir, 'instances')
         os.mkdir(self.instances_path)
         self.flags(instances_path=self.instances_path)
-        # NOTE: a wheel-installed nova keeps api-paste.ini under the
+        # NOTE(nova): a wheel-installed nova keeps api-paste.ini under the
         # environment's etc/, not beside the package where nova's test base
         # looks for it.
         self.flags(api_paste_config=os.path.join(
             sys.prefix, 'etc', 'nova', 'api-paste.ini'), group='wsgi')
-        # NOTE: skip libvirt_base.ServersTestBase.setUp (image backend and
+        # Skip libvirt_base.ServersTestBase.setUp (image backend and
         # _create_image mocked) and repeat the rest of it.
         integrated_helpers._IntegratedTestBase.setUp(self)
         self.useFixture(nova_fixtures.CGroupsFixture())
         self.libvirt = self.useFixture(nova_fixtures.LibvirtFixture())
         self.useFixture(nova_fixtures.OSBrickFixture())
-        # NOTE: placement sees a large local disk whatever instances_path
+        # placement sees a large local disk whatever instances_path
         # holds, as with disk_allocation_ratio > 1 or a host whose free
         # space changed after it reported: the plugin's own free-space check
         # is what the small-filesystem scenario exercises.

@@ -87,7 +87,7 @@ class Host:
         self.name = name
         self.ip = ip
         self.instances_path = instances_path
-        # NOTE: migration_inbound_addr defaults to '$my_ip', which
+        # NOTE(oslo.config): migration_inbound_addr defaults to '$my_ip', which
         # oslo.config substitutes without going through ConfigOpts._get.
         self.options = {(None, 'host'): name, (None, 'my_ip'): ip,
                         ('libvirt', 'migration_inbound_addr'): ip,

@@ -39,7 +39,7 @@ class FlavorAPITestCase(test.TestCase):
 
     def setUp(self):
         super().setUp()
-        # NOTE: a wheel-installed nova keeps api-paste.ini under the
+        # NOTE(nova): a wheel-installed nova keeps api-paste.ini under the
         # environment's etc/, not beside the package where nova's test base
         # looks for it.
         self.flags(api_paste_config=os.path.join(

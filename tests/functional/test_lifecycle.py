@@ -133,10 +133,10 @@ class _Lifecycle:
         self.assertEqual((before.st_ino, before.st_blocks),
                          (after.st_ino, after.st_blocks))
         self.guest_data(server)
-        # NOTE: unrescue defines the guest from the XML libvirt gave back at
-        # rescue time (unrescue.xml); nova's fake libvirt returns <driver>
-        # without its io attribute and children, so that XML says nothing
-        # about the plugin. The disks themselves are checked.
+        # NOTE(nova): unrescue defines the guest from the XML libvirt gave back
+        # at rescue time (unrescue.xml); nova's fake libvirt returns <driver>
+        # without its io attribute and children, so that XML says nothing about
+        # the plugin. The disks themselves are checked.
         self.check_disks_keeping_guest_data(server, check_xml=False)
 
     def test_delete(self):

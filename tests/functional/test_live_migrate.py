@@ -237,7 +237,7 @@ class TestLiveMigrateNoRoom(_LiveMigrateBase):
     event, nothing is left there.
     """
 
-    # NOTE: RPC casts stay casts, as in a real cloud: nova's test default
+    # NOTE(nova): RPC casts stay casts, as in a real cloud: nova's test default
     # turns them into calls, and the conductor's refusal (NoValidHost for
     # a host the user named) would then reach the API as a 500 instead of
     # a migration in status 'error' with the API's 202.
@@ -289,7 +289,7 @@ class TestLiveMigrateNoRoom(_LiveMigrateBase):
         filler = os.path.join(self.scope.hosts['dst'].instances_path,
                               'another-disk')
 
-        # NOTE: the real pre_live_migration runs, after a real file took
+        # The real pre_live_migration runs, after a real file took
         # the room (another host's disk landing between the two checks).
         def room_taken(*args, **kwargs):
             free = os.statvfs(filler.rsplit('/', 1)[0])

@@ -188,7 +188,7 @@ class TestRawQcow2Hosts(_ColdMigrateBase):
     converting it).
     """
 
-    # NOTE: stock nova 34 fails here ("Image is not in qcow2 format":
+    # NOTE(nova): stock nova 34 fails here ("Image is not in qcow2 format":
     # finish_migration grows the raw file with qemu-img -f qcow2 before
     # converting it). The plugin grows a disk in its real format and
     # converts it with the destination's plan (driver._disk_raw_to_qcow2):
@@ -243,7 +243,7 @@ class TestEvacuateNoRoom(_MigrateMixin, multihost.MultiHostTestBase):
     after an evacuation that did not fail).
     """
 
-    # NOTE: casts stay casts (see test_live_migrate.TestLiveMigrateNoRoom):
+    # Casts stay casts (see test_live_migrate.TestLiveMigrateNoRoom):
     # the API answers 202, the refusal is the compute host's.
     CAST_AS_CALL = False
 

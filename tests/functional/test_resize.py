@@ -43,7 +43,7 @@ class TestResize(base.ServersTestBase):
         server = self._resize_server(server, large)
         self.assertTrue(os.path.isdir(self.instance_dir(server) + '_resize'))
         self._check_grown_tail(disk, fmt, units.Gi, 2 * units.Gi)
-        # NOTE: the whole disk, not only the tail: nova copied the disk
+        # The whole disk, not only the tail: nova copied the disk
         # ('cp', sparse) into the new instance directory before growing it.
         after = self._figures(disk, fmt, 'space', 2 * units.Gi, image_id)
         self.assertContentEqual(disk, self.reference(

@@ -121,7 +121,7 @@ class KilledTestCase(base.FaultBase):
         return pb_fixtures.wait_until(seen, what, proc)
 
     def _kill_child(self, proc):
-        # NOTE: the whole process group, as systemd would stop
+        # The whole process group, as systemd would stop
         # nova-compute: the tool it runs dies with it.
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -24,7 +24,7 @@ from tests import base
 class CapabilitiesTestCase(base.TestCase):
 
     def test_exactly_dac_override(self):
-        # NOTE: the daemon opens disks that libvirt may have chown'ed to the
+        # The daemon opens disks that libvirt may have chown'ed to the
         # qemu user (mode 0600): CAP_DAC_OVERRIDE and nothing else. The
         # context stores it as the default of its section's option, which
         # is what a fresh process (the daemon) reads; this test process's

@@ -72,7 +72,7 @@ SWAP_ROUNDS = 2
 # dropped from root is not dumpable: its /proc directory stays root's),
 # optionally once the check's overlay step has made its scratch directory
 # in instances_path. Prints each process signalled and its state after.
-# NOTE: not kill(-1, sig): it succeeds whenever any other process exists,
+# Not kill(-1, sig): it succeeds whenever any other process exists,
 # so it cannot tell the attacker that it hit the step.
 SIGNALLER = r'''
 import os, signal, sys, time

@@ -52,7 +52,7 @@ def tree_state(root, skip=()):
                 continue
             st = os.lstat(path)
             relative = os.path.relpath(path, root)
-            # NOTE: nova touches a base image's mtime at every spawn
+            # NOTE(nova): nova touches a base image's mtime at every spawn
             # (image cache bookkeeping): only its content counts.
             mtime = None if relative.startswith('_base/') else st.st_mtime_ns
             state[relative] = (st.st_size, st.st_blocks, mtime,
@@ -327,7 +327,7 @@ class TimeoutTestCase(base.FaultBase):
         """qemu-img stopped (storage that makes no progress): the timeout
         kills it and nothing is left.
         """
-        # NOTE: the watcher stops qemu-img when it finds it before the
+        # The watcher stops qemu-img when it finds it before the
         # timeout; on a loaded machine the timeout may kill qemu-img (or
         # its prlimit wrapper) first. Either way the outcome asserted is
         # the same (AllocationTimeout, no qemu-img left, no leftovers), so

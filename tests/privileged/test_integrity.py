@@ -189,8 +189,8 @@ class IntegrityBase(base.TestCase):
 
     def fetcher(self, source):
         def fetch(target, *args, **kwargs):
-            # NOTE: sparse copy, as nova's fetch_to_raw leaves a converted
-            # image: the base keeps its holes.
+            # NOTE(nova): sparse copy, as nova's fetch_to_raw leaves a
+            # converted image: the base keeps its holes.
             self.fetches.append(target)
             subprocess.run(['cp', '--sparse=always', source, target],
                            check=True, capture_output=True)
@@ -337,7 +337,7 @@ class FormatModeIntegrityTestCase(IntegrityBase):
             chunk = os.path.join(self.scratch, 'chunk')
             with open(chunk, 'wb') as f:
                 f.write(data)
-            # NOTE: qemu-io writes through the qcow2 driver, as the guest
+            # qemu-io writes through the qcow2 driver, as the guest
             # would; a json: filename reads the payload from a raw file.
             subprocess.run(
                 ['qemu-io', '-f', 'qcow2', '-c',
@@ -350,7 +350,7 @@ class FormatModeIntegrityTestCase(IntegrityBase):
         would prove little about preallocation).
         """
         allocated = pb_fixtures.allocated(disk)
-        # NOTE: a qcow2 copy made by Flat is preallocated only where it
+        # A qcow2 copy made by Flat is preallocated only where it
         # grows (reported as a gap), so only its content is checked.
         copied_qcow2 = self.layout == 'raw-copy-of-qcow2'
         if self.mode in ('space', 'full') and not copied_qcow2:

@@ -171,7 +171,7 @@ class DaemonMixin:
         ctx = prealloc_backend.privsep.ctx
         ctx.set_client_mode(False)
         ctx.stop()
-        # NOTE: the daemon exits when its socket closes; kill only the
+        # The daemon exits when its socket closes; kill only the
         # daemons this test started (found by its unique config path).
         for pid in find_daemons(self.config):
             try:
@@ -205,7 +205,7 @@ class RootPathRefusalTestCase(base.BoundaryTestCase):
     def test_device_nodes(self):
         null = os.path.join(self.inst, 'disk.null')
         os.mknod(null, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-        # NOTE: a block node for a loop minor that is not set up: if the
+        # A block node for a loop minor that is not set up: if the
         # type check failed, opening it would fail too, so the reason is
         # asserted to be the type check.
         block = os.path.join(self.inst, 'disk.blk')

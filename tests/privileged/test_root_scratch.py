@@ -28,7 +28,7 @@ preflight and ``engine.Bench``) and once each through the real command
 line. The root-only file must keep its content, size and mtime and never be
 opened (inotify); every run either did its work safely or refused.
 
-NOTE: the test runs the check in this process, whose interpreter (under
+The test runs the check in this process, whose interpreter (under
 /root, 0700) the attacker user cannot run: the check's child, dropped to
 that user, then runs qemu-img without oslo.concurrency's prlimit wrapper,
 as it does on any host where root's interpreter is not the nova user's

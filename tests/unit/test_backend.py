@@ -410,7 +410,7 @@ class TestLongZeroFill(base.BackendTestCase):
         super().setUp()
         self.useFixture(fixtures.MockPatchObject(
             allocate, 'ZERO_FILL_CALL_BYTES', 16 * units.Mi))
-        # NOTE: a clock that jumps 10 s per reading, so that 'minutes of
+        # A clock that jumps 10 s per reading, so that 'minutes of
         # zero-filling' happen in a unit test without a timing assertion.
         clock = iter(range(0, 10 ** 6, 10))
         self.useFixture(fixtures.MockPatch(
@@ -431,7 +431,7 @@ class TestLongZeroFill(base.BackendTestCase):
         self.instance._context = mock_context = object()
         deleting = objects.Instance(uuid=self.instance.uuid,
                                     task_state='deleting', deleted=False)
-        # NOTE: no database in the unit tier: the lookup nova's conductor
+        # No database in the unit tier: the lookup nova's conductor
         # would answer is replaced (the functional tier deletes for real).
         lookup = self.useFixture(fixtures.MockPatchObject(
             objects.Instance, 'get_by_uuid', return_value=deleting)).mock

@@ -89,7 +89,7 @@ class InvalidOptionTestCase(base.TestCase):
     scenarios = option_scenarios()
 
     def test_refused_at_startup(self):
-        # NOTE: load_raw_values parses the value as a configuration file
+        # load_raw_values parses the value as a configuration file
         # would give it; oslo.config validates it when it is read.
         self.flags_fixture.load_raw_values(group=GROUP,
                                            **{self.option: self.value})

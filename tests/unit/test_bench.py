@@ -847,7 +847,7 @@ class CommandTestCase(base.TestCase):
     def test_bad_only_and_reps_fail_before_running(self):
         err = io.StringIO()
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
-        # NOTE: Bench.run is replaced only to prove it is never reached.
+        # Bench.run is replaced only to prove it is never reached.
         with mock.patch.object(engine.Bench, 'run') as run:
             self.assertEqual(2, cmd_bench.run(self.parse(
                 ['--dir', self.instances_path, '--only', 'seq-write,nope'])))

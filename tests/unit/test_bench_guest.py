@@ -31,7 +31,7 @@ from tests import base
 class GuestWritesTestCase(base.TestCase):
 
     def test_no_guest_skips_every_variant_with_the_reason(self):
-        # NOTE: no kernel anywhere: build_guest's own error, as on a host
+        # No kernel anywhere: build_guest's own error, as on a host
         # without the guest cache.
         self.useFixture(fixtures.MockPatchObject(
             guest, 'build_guest',
@@ -67,7 +67,7 @@ class GuestWritesTestCase(base.TestCase):
 class AcceleratorTestCase(base.TestCase):
     """KVM where /dev/kvm is offered, TCG only where it is not.
 
-    NOTE: /dev/kvm cannot be taken away from or given to this host for a
+    /dev/kvm cannot be taken away from or given to this host for a
     test, nor a KVM guest made to hang on demand: kvm_usable() and the
     probe boot are replaced, the rule itself is what runs.
     """

@@ -42,7 +42,7 @@ class PlotTestCase(base.TestCase):
 
     def test_missing(self):
         self.assertIsNone(plot.missing())
-        # NOTE: None in sys.modules makes the import fail, as without it.
+        # None in sys.modules makes the import fail, as without it.
         with mock.patch.dict(sys.modules, {'matplotlib': None}):
             self.assertIn('pip install matplotlib', plot.missing())
 

@@ -58,7 +58,7 @@ class TestOpts(base.TestCase):
         self.assertEqual('128K', fresh.prealloc_backend.qcow2_cluster_size)
 
     def test_every_option_has_choices_or_bounds(self):
-        # NOTE: by the option's type, not its class: the integer options
+        # By the option's type, not its class: the integer options
         # are cfg.Opt(type=conf.Integer(...)), never cfg.IntOpt.
         kinds = []
         for opt in conf.prealloc_opts:

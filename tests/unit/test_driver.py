@@ -39,7 +39,7 @@ class TestLoading(base.TestCase):
 
     def setUp(self):
         super().setUp()
-        # NOTE: no hypervisor in the unit tier: nova's fake libvirt module
+        # No hypervisor in the unit tier: nova's fake libvirt module
         # stands in for libvirt-python (the real-hypervisor tier uses the
         # real one).
         self.useFixture(fakelibvirt.LibvirtFixture())
@@ -83,7 +83,7 @@ class TestLoading(base.TestCase):
         drv = driver.LibvirtDriver(fake_virt.FakeVirtAPI())
         instance = self.make_instance()
         instance.vm_state = vm_state
-        # NOTE: spawn itself needs a hypervisor; only nova's spawn is
+        # spawn itself needs a hypervisor; only nova's spawn is
         # replaced, to raise what the backend raises.
         self.useFixture(fixtures.MockPatchObject(
             libvirt_driver.LibvirtDriver, 'spawn', side_effect=error))

@@ -14,7 +14,7 @@
 work, the fault's reason, a failed build's outcome, the instance handed to
 nova's static _disk_raw_to_qcow2.
 
-NOTE: nova's instance-action records live in its database, which this
+NOTE(nova): nova's instance-action records live in its database, which this
 tier has none of: the three nova object methods DiskEvent calls are
 replaced by an in-memory list (what the functional tier checks through
 nova's API: tests/functional).

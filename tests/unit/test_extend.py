@@ -13,7 +13,7 @@
 """prealloc_backend.extend: nova's raw growth without its header probe, and
 the guest filesystem of a grown qcow2 disk resized as nova would.
 
-NOTE: resize_qcow2_fs mounts the disk through nbd, which needs root and the
+resize_qcow2_fs mounts the disk through nbd, which needs root and the
 nbd module: here nova's mount helper is replaced (a recorder of what would
 be resized); the real resize runs in the functional-real tier's guests.
 """

@@ -116,7 +116,7 @@ class ConcurrentSpawnTestCase(base.FaultBase):
         slow_fetch = self.fetcher(source)
 
         def fetch(target, *args, **kwargs):
-            # NOTE: a download that takes a while, so that every thread
+            # A download that takes a while, so that every thread
             # arrives while the base is being fetched.
             time.sleep(0.3)
             slow_fetch(target, *args, **kwargs)

@@ -143,7 +143,7 @@ class PathRefusalTestCase(base.BoundaryTestCase):
         self.assertFalse(os.path.exists(os.path.join(self.inst, 'nothing')))
 
     def test_hard_link_to_outside_file(self):
-        # NOTE: a hard link inside instances_path to a file outside it is
+        # A hard link inside instances_path to a file outside it is
         # found by its link count. nova never hard-links instance disks.
         link = os.path.join(self.inst, 'disk.hard')
         os.link(self.victim, link)

@@ -114,7 +114,7 @@ class ExecuteTestCase(base.BaseTestCase):
                 exception.ProcessTimeout, process.execute, 'sh', '-c',
                 'echo $$ > %s; exec sleep 60' % pidfile, timeout=3,
                 limits=limits)
-            # NOTE: no bound on the time taken (it depends on the
+            # No bound on the time taken (it depends on the
             # machine): a timeout not applied would let sleep end and
             # execute return, failing assertRaises; one applied but not
             # killing would leave the pid alive (below).

@@ -60,7 +60,7 @@ class FilterTestCase(base.BaseTestCase):
         without the root helper (what nova-rootwrap matches).
         """
         ctx = ctx or prealloc_backend.privsep.ctx
-        # NOTE: nova-compute's parsed configuration, without files that
+        # nova-compute's parsed configuration, without files that
         # must exist: a ConfigOpts of its own replaces the global one for
         # this call only, with the options helper_command reads.
         conf = cfg.ConfigOpts()

@@ -55,10 +55,10 @@ from prealloc_backend import driver as pb_driver
 from tests import fixtures as pb_fixtures
 
 try:
-    # NOTE: imported here, before any test runs: nova's test base installs
-    # an import hook that refuses 'libvirt' (ImportModulePoisonFixture), and
-    # a hook only sees modules not imported yet. nova's own libvirt modules
-    # then pick this one up from sys.modules.
+    # NOTE(nova): imported here, before any test runs: nova's test base
+    # installs an import hook that refuses 'libvirt'
+    # (ImportModulePoisonFixture), and a hook only sees modules not imported
+    # yet. nova's own libvirt modules then pick this one up from sys.modules.
     import libvirt
 except ImportError:
     libvirt = None
@@ -77,11 +77,12 @@ GUEST_MEMORY_MB = 256
 # Seconds a TCG guest gets to reach its report on the console.
 CONSOLE_TIMEOUT = 90
 
-# NOTE: nova's test base poisons these for every test (GenericPoisonFixture,
-# SysFsPoisonFixture) so that unit tests cannot read the host. This tier is
-# about the host: the real libvirt driver reads /sys, os.uname() and the
-# host's addresses at start-up. The real functions are kept here, at import
-# time, before any poison is installed, and put back in each test.
+# NOTE(nova): nova's test base poisons these for every test
+# (GenericPoisonFixture, SysFsPoisonFixture) so that unit tests cannot read the
+# host. This tier is about the host: the real libvirt driver reads /sys,
+# os.uname() and the host's addresses at start-up. The real functions are kept
+# here, at import time, before any poison is installed, and put back in each
+# test.
 REAL_FUNCTIONS = {
     'builtins.open': builtins.open,
     'os.path.isdir': os.path.isdir,
@@ -184,15 +185,15 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
     def _undo_host_poisons(self):
         for name, real in REAL_FUNCTIONS.items():
             self.useFixture(fixtures.MonkeyPatch(name, real))
-        # NOTE: nova's libvirt event loop (a native thread per Host running
-        # virEventRunDefaultImpl) can be registered only once per process
-        # and would outlive the test; nova's PoisonFunctions makes it exit
-        # the process. The tier does without events: nova polls domain
+        # NOTE(nova): nova's libvirt event loop (a native thread per Host
+        # running virEventRunDefaultImpl) can be registered only once per
+        # process and would outlive the test; nova's PoisonFunctions makes it
+        # exit the process. The tier does without events: nova polls domain
         # states where it waits (spawn, reboot), and nothing here needs
         # lifecycle events.
         self.useFixture(fixtures.MonkeyPatch(
             'nova.virt.libvirt.host.Host._init_events', lambda host: None))
-        # NOTE: every test has its own in-memory cloud but they all share
+        # NOTE(nova): every test has its own in-memory cloud but they all share
         # the host's libvirtd; when tests run in parallel, a compute
         # starting with an empty database sees the other test's domains and
         # nova refuses to start ("My hypervisor has existing instances, but
@@ -210,7 +211,7 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
                    preallocate_images=self.PREALLOCATE_IMAGES,
                    use_cow_images=self.IMAGES_TYPE == 'qcow2',
                    allow_resize_to_same_host=True,
-                   # NOTE: the tiny guest has no ACPI daemon and ignores the
+                   # The tiny guest has no ACPI daemon and ignores the
                    # power button; without this, nova waits 60 s for a
                    # clean shutdown before it destroys the domain (resize).
                    shutdown_timeout=0,
@@ -218,7 +219,7 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
                    rpc_response_timeout=300, long_rpc_timeout=600)
         self.flags(group='libvirt', connection_uri=URI, virt_type='qemu',
                    cpu_mode='none', images_type=self.IMAGES_TYPE)
-        # NOTE: a guest without display, tablet nor video boots about a
+        # A guest without display, tablet nor video boots about a
         # third faster under TCG; the tier reads the serial console only.
         self.flags(group='vnc', enabled=False)
         self.flags(pointer_model=None)
