@@ -28,14 +28,29 @@ PreallocGroup = [
                         ('ssh', 'commands run on the server\'s compute host '
                          'through "ssh [ssh_user@]<host>" (key-based, '
                          'BatchMode); the host is the server\'s '
-                         'OS-EXT-SRV-ATTR:host')],
+                         'OS-EXT-SRV-ATTR:host'),
+                        ('command', 'commands run through host_command, '
+                         'given the host\'s name and then the command '
+                         '(tools/cloud-host: compute hosts in namespaces '
+                         'of this machine)')],
                help='How the tests run commands on a compute host.'),
+    cfg.StrOpt('host_command',
+               help='For host_access = command: a command line (split as '
+                    'a shell would) that runs its arguments after the first '
+                    'on the compute host the first names.'),
     cfg.StrOpt('ssh_user',
                default='root',
                help='User for host_access = ssh.'),
     cfg.StrOpt('instances_path',
                help="The compute hosts' [DEFAULT] instances_path. Unset: "
                     "the host checks are skipped."),
+    cfg.DictOpt('host_modes',
+                default={},
+                help="The plugin's mode on each compute host, "
+                     "host:mode,... (its [prealloc_backend] mode, or what "
+                     "nova's preallocate_images gives): what a disk without "
+                     "a flavor mode gets on the host it lands on. A host not "
+                     "listed: the tests that need its mode are skipped."),
     cfg.StrOpt('compute_config',
                default='/etc/nova/nova.conf',
                help="nova-compute's configuration file on the compute "

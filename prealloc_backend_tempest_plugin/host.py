@@ -12,9 +12,11 @@
 
 """Commands on a compute host, for checks of its files (whitebox).
 
-``[prealloc] host_access = local`` runs them on this machine (the one-box
-cloud of tools/cloud-up, where Tempest runs as root); ``ssh`` runs the same
-argument vectors through ``ssh`` on the server's compute host. Only
+``[prealloc] host_access = local`` runs them on this machine, as the user
+running Tempest; ``ssh`` runs the same argument vectors through ``ssh`` on
+the server's compute host; ``command`` through ``host_command`` given the
+host's name (the one-box cloud of tools/cloud-up: ``tools/cloud-host``
+enters the compute host's namespaces). Only
 read-only commands: qemu-img info, stat (of files and filesystems),
 filefrag, virsh dumpxml and prealloc-backend check.
 """
@@ -33,6 +35,7 @@ class HostCommandFailed(Exception):
     def __init__(self, argv, returncode, stdout, stderr):
         self.returncode = returncode
         self.stdout = stdout
+        self.stderr = stderr
         super().__init__('%s exited %s: %s%s' % (
             shlex.join(argv), returncode, stdout[-2000:], stderr[-2000:]))
 
@@ -47,6 +50,9 @@ class ComputeHost(object):
             cmd = ['ssh', '-o', 'BatchMode=yes',
                    '%s@%s' % (CONF.prealloc.ssh_user, self.host),
                    shlex.join(argv)]
+        elif CONF.prealloc.host_access == 'command':
+            cmd = (shlex.split(CONF.prealloc.host_command or '') +
+                   [self.host] + list(argv))
         else:
             cmd = list(argv)
         proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -64,9 +70,22 @@ class ComputeHost(object):
                              server_id, name)
 
     def qemu_img_info(self, path):
+        # -f qcow2: the file is the guest's (and the nova user's); no
+        # format probing of it. A disk that is not qcow2 fails here.
         return json.loads(self.run(
-            ['qemu-img', 'info', '--force-share', '--output=json',
-             path]).stdout)
+            ['qemu-img', 'info', '-f', 'qcow2', '--force-share',
+             '--output=json', path]).stdout)
+
+    def qemu_img_map(self, path):
+        """The guest-visible layout of a qcow2 disk: ``qemu-img map``'s
+        ranges (start, length, depth, present, zero, data), without the
+        host offsets, which differ between two files of the same layout.
+        """
+        out = json.loads(self.run(
+            ['qemu-img', 'map', '-f', 'qcow2', '--force-share',
+             '--output=json', path]).stdout)
+        return [(r['start'], r['length'], r['depth'], r.get('present'),
+                 r['zero'], r['data']) for r in out]
 
     def stat(self, path):
         """(st_size, allocated bytes: st_blocks * 512)."""
@@ -74,8 +93,16 @@ class ComputeHost(object):
         return int(size), int(blocks) * 512
 
     def exists(self, path):
+        """Whether ``path`` exists on the host; a failure of anything but
+        the path itself (the host unreachable) raises.
+        """
         proc = self.run(['stat', '-c', '%i', path], check=False)
-        return proc.returncode == 0
+        if proc.returncode == 0:
+            return True
+        if 'No such file or directory' in proc.stderr:
+            return False
+        raise HostCommandFailed(['stat', '-c', '%i', path], proc.returncode,
+                                proc.stdout, proc.stderr)
 
     def free_and_total(self, path):
         """(bytes free to an unprivileged user, total bytes) of the

@@ -15,23 +15,45 @@
 #   run/           PID files ("PID STARTTIME", see record_pid), sockets
 #   state/         what cloud-up changed outside CLOUD_DIR, to put back
 #   log/           one log per service
-#   data/          MariaDB, RabbitMQ, Glance's images, nova's instances
+#   data/          MariaDB, RabbitMQ, Glance's images; data/hosts/N/ each
+#                  compute host's own files (instances, nova's state, the
+#                  nova user's home with its SSH keys, libvirt's state,
+#                  configuration and logs, sshd's keys)
 #   tempest/       the Tempest workspace (etc/tempest.conf, .stestr)
+#
+# The compute hosts (COMPUTE_HOSTS of them, 2 unless cloud-up --hosts 1):
+# host N is a network, mount and UTS namespace held open by one process
+# (service ns-N), joined to the run's private link, a bridge in the
+# machine's own network namespace, by a veth pair. In its mount namespace
+# its own directories are bound over the paths a compute host has
+# (/etc/libvirt, /var/lib/libvirt, ..., CLOUD_DIR/etc/nova, the instances
+# path, the nova user's home) and /run is a tmpfs of its own: every host
+# sees the same paths with its own files, as on separate machines. Its
+# services (virtlogd, libvirtd, sshd, nova-compute, and what they start)
+# run inside; tools/cloud-host runs a command there.
 #
 # Changed outside CLOUD_DIR while the cloud runs, and put back by
 # cloud-down: /etc/sudoers.d/prealloc-cloud (the daemon's sudo rule), the
-# nova system user (created when missing, with group libvirt), /dev/kvm's
-# group and mode (where no udev set them), libvirt's default network
-# autostart link (when cloud-up starts libvirtd itself).
+# nova system user (created when missing, with group libvirt and a shell
+# for the migrations' SSH; an existing one gets both, then its own back),
+# /dev/kvm's group and mode (where no udev set them), the link's bridge.
 
 CLOUD_DIR=${PREALLOC_CLOUD_DIR:-/var/tmp/prealloc-cloud}
 CLOUD_USER=${PREALLOC_CLOUD_USER:-nova}
-CLOUD_HOST=prealloc-cloud-1
 SUDOERS_FILE=/etc/sudoers.d/prealloc-cloud
 LIBVIRT_URI=qemu:///system
-AUTOSTART_NET=/etc/libvirt/qemu/networks/autostart/default.xml
+MAX_HOSTS=2
 
-# Every service on 127.0.0.1.
+# The run's private link: link-local addresses (169.254.0.0/16, never
+# routed), a bridge holding the control services' address, one veth pair
+# per compute host. What the compute hosts reach (RabbitMQ, the APIs)
+# listens there; MariaDB on 127.0.0.1 only.
+LINK_BRIDGE=prealloc-br0
+LINK_PREFIX=169.254.77
+CTL_IP=$LINK_PREFIX.1
+# host_ip N, host_name N: compute host N's address and name.
+host_ip() { echo "$LINK_PREFIX.$((10 + $1))"; }
+host_name() { echo "prealloc-cloud-$1"; }
 KEYSTONE_PORT=5000
 GLANCE_PORT=9292
 PLACEMENT_PORT=8778
@@ -50,11 +72,23 @@ CLOUD_VENV=$CLOUD_DIR/venv
 TEMPEST_VENV=$CLOUD_DIR/tempest-venv
 TEMPEST_DIR=$CLOUD_DIR/tempest
 # nova-compute's configuration: root-owned, the file the sudo rule names.
+# The path every compute host sees; host N's own file is
+# CLOUD_DIR/etc/hosts/N/nova.conf, bound over CLOUD_DIR/etc/nova in its
+# mount namespace.
 COMPUTE_CONF=$CLOUD_DIR/etc/nova/nova.conf
+HOSTS_DIR=$DATA_DIR/hosts
+# How many compute hosts the running cloud has (cloud-up writes it).
+COMPUTE_HOSTS=$(cat "$STATE_DIR/hosts" 2>/dev/null || echo "$MAX_HOSTS")
 
-# The order cloud-down stops the services in (the reverse of start).
-SERVICES="nova-compute nova-scheduler nova-conductor nova-api neutron
-  glance placement keystone libvirtd virtlogd rabbitmq epmd mariadb"
+# A compute host's services, in the order cloud-down stops them.
+host_services() {
+  echo "nova-compute-$1 sshd-$1 libvirtd-$1 virtlogd-$1"
+}
+# The order cloud-down stops the services in (the reverse of start); each
+# host's namespace holder (ns-N) after everything in it.
+SERVICES="$(for i in $(seq 1 $MAX_HOSTS); do host_services "$i"; done)
+  nova-scheduler nova-conductor nova-api neutron glance placement keystone
+  rabbitmq epmd mariadb"
 
 _starttime() {
   # Field 22 of /proc/PID/stat (the comm field may hold spaces: cut after
@@ -111,15 +145,28 @@ clean_env() {
     LANG=C.UTF-8 HOME="$CLOUD_DIR/home" "$@"
 }
 
+# in_host N CMD...: run CMD (as root) in compute host N's namespaces.
+in_host() {
+  local pid
+  pid=$(our_pid "ns-$1") || die "compute host $1 does not run (no ns-$1)"
+  shift
+  nsenter --target "$pid" --net --mount --uts -- "$@"
+}
+
 # start_service NAME USER [VAR=VALUE...] CMD...: start CMD in its own
 # session as USER (root or the nova user), output to log/NAME.log, and
-# record its PID. Nothing forks in between (the subshell, env, setpriv and
-# setsid exec: a background job of a script leads no process group), so the
-# PID is the service's.
+# record its PID; with IN_HOST=N set, inside compute host N's namespaces.
+# Nothing forks in between (the subshell, env, nsenter, setpriv and setsid
+# exec: a background job of a script leads no process group), so the PID is
+# the service's.
 start_service() {
   local name=$1 user=$2
   shift 2
-  local as=() home=$CLOUD_DIR/home
+  local as=() into=() home=$CLOUD_DIR/home pid
+  if [ -n "${IN_HOST:-}" ]; then
+    pid=$(our_pid "ns-$IN_HOST") || die "compute host $IN_HOST does not run"
+    into=(nsenter --target "$pid" --net --mount --uts --)
+  fi
   if [ "$user" != root ]; then
     as=(setpriv --reuid="$user" --regid="$user" --init-groups)
     home=$(getent passwd "$user" | cut -d: -f6)
@@ -128,10 +175,44 @@ start_service() {
   # clone's top, nova-api imported the clone's prealloc_backend, not the
   # virtualenv's).
   (cd "$CLOUD_DIR" && exec env -i PATH="$CLOUD_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-     LANG=C.UTF-8 HOME="$home" "${as[@]}" setsid env "$@" \
+     LANG=C.UTF-8 HOME="$home" "${into[@]}" "${as[@]}" setsid env "$@" \
      >>"$LOG_DIR/$name.log" 2>&1 </dev/null) &
   sleep 0.2
   record_pid "$name" $!
+}
+
+# root_path DIR: DIR and every directory above it are directories (no
+# link) owned by root that no one else can change (writable by others only
+# with the sticky bit, as /tmp and /var/tmp).
+root_path() {
+  local dir=$1 mode
+  case "$dir" in /*) ;; *) return 1 ;; esac
+  while :; do
+    [ -d "$dir" ] && [ ! -L "$dir" ] || return 1
+    [ "$(stat -c %u "$dir")" = 0 ] || return 1
+    mode=$(stat -c %a "$dir")
+    if [ $((8#$mode & 8#022)) -ne 0 ] && [ $((8#$mode & 8#1000)) -eq 0 ]; then
+      return 1
+    fi
+    [ "$dir" != / ] || return 0
+    dir=$(dirname "$dir")
+  done
+}
+
+# ns_pids N: the PIDs of every process in compute host N's network
+# namespace but its holder (nothing else can be there: the namespace is
+# the run's own; never the machine's own namespace).
+ns_pids() {
+  local holder ns p
+  holder=$(our_pid "ns-$1") || return 0
+  ns=$(readlink "/proc/$holder/ns/net") || return 0
+  [ "$ns" != "$(readlink /proc/1/ns/net)" ] || return 0
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    [ "$p" != "$holder" ] || continue
+    [ "$(readlink "/proc/$p/ns/net" 2>/dev/null)" = "$ns" ] && echo "$p"
+  done
+  return 0
 }
 
 # wait_for WHAT SECONDS CMD...: run CMD once a second until it succeeds.
@@ -153,7 +234,7 @@ http_ok() {
 
 # admin_env CMD...: CMD with the admin credentials of the cloud.
 admin_env() {
-  env OS_AUTH_URL="http://127.0.0.1:$KEYSTONE_PORT/v3" \
+  env OS_AUTH_URL="http://$CTL_IP:$KEYSTONE_PORT/v3" \
     OS_USERNAME=admin OS_PASSWORD="$(cat "$CLOUD_DIR/etc/admin-password")" \
     OS_PROJECT_NAME=admin OS_USER_DOMAIN_NAME=Default \
     OS_PROJECT_DOMAIN_NAME=Default OS_IDENTITY_API_VERSION=3 \

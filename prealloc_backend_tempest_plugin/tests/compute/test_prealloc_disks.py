@@ -33,6 +33,8 @@ full      yes          128K       whole virtual size     all, written
 ========= ============ ========== ====================== ================
 """
 
+import time
+
 from tempest.api.compute import base
 from tempest.common import compute
 from tempest.common import waiters
@@ -264,15 +266,16 @@ class PreallocRemakeTest(PreallocHostTest):
 
 
 class PreallocNoRoomTest(PreallocHostTest):
-    """A host without room for a disk in mode space: the build does not
-    go ahead there, and the reason is in the server's instance-action
-    events (``openstack server event show``), the plugin's own event.
+    """No host with room for a disk in mode space: the build goes ahead on
+    none of them, and the reason is in the server's instance-action events
+    (``openstack server event show``), the plugin's own event, once per
+    host that tried.
 
-    The flavor's disk lies between the instances filesystem's free space
-    and its size: placement (which counts the filesystem's size) hands it
+    The flavor's disk lies between the instances filesystems' free space
+    and their size: placement (which counts a filesystem's size) hands it
     out, the plugin's check of the free space refuses it before any
-    fallocate(2). With one compute host the reschedule finds no other
-    host and the server goes to ERROR.
+    fallocate(2) and asks nova to try another host, which refuses it too;
+    with no host left the server goes to ERROR.
     """
 
     # Event details (2.84) and hosts (2.62).
@@ -283,17 +286,17 @@ class PreallocNoRoomTest(PreallocHostTest):
     def test_no_room_reason_in_events(self):
         services = self.os_admin.services_client.list_services(
             binary='nova-compute')['services']
-        hosts = [s['host'] for s in services if s['state'] == 'up']
-        if len(hosts) != 1:
-            raise self.skipException('needs exactly one compute host, not '
-                                     '%s' % hosts)
-        host = compute_host.ComputeHost(hosts[0])
-        free, total = host.free_and_total(CONF.prealloc.instances_path)
-        disk = (free + total) // 2 // GiB
-        if disk * GiB < free + GiB:
+        hosts = sorted(s['host'] for s in services if s['state'] == 'up')
+        self.assertNotEqual([], hosts, services)
+        room = [compute_host.ComputeHost(h).free_and_total(
+            CONF.prealloc.instances_path) for h in hosts]
+        most_free = max(free for free, _ in room)
+        least_total = min(total for _, total in room)
+        disk = (most_free + least_total) // 2 // GiB
+        if disk * GiB < most_free + GiB:
             raise self.skipException(
-                'the instances filesystem is nearly empty (%d of %d bytes '
-                'free): no size between free and total' % (free, total))
+                'an instances filesystem is nearly empty (free, total: %s): '
+                'no size between free and total on every host' % room)
         flavor = self.flavor(disk=disk, **{'prealloc:mode': 'space'})
         body = self.create_test_server(flavor=flavor['id'],
                                        wait_until=None)
@@ -301,28 +304,268 @@ class PreallocNoRoomTest(PreallocHostTest):
                                        'ERROR', raise_on_error=False)
         server = self.admin_view(body['id'])
         # The plugin asked nova to try another host (a property of this
-        # host, not of the request): there was none.
+        # host, not of the request): none had room.
         self.assertIn('Exceeded maximum number of retries',
                       server.get('fault', {}).get('message', ''), server)
-        # Nothing left on the host: no disk file holds space.
-        self.assertFalse(host.exists(host.disk_path(server['id'])))
+        path = compute_host.ComputeHost(hosts[0]).disk_path(server['id'])
+        # Nothing left on any host: no disk file holds space.
+        for name in hosts:
+            self.assertFalse(compute_host.ComputeHost(name).exists(path),
+                             '%s left on %s' % (path, name))
         actions = self.admin_servers_client.list_instance_actions(
             server['id'])['instanceActions']
         create = [a for a in actions if a['action'] == 'create']
         self.assertEqual(1, len(create), actions)
         events = self.admin_servers_client.show_instance_action(
             server['id'], create[0]['request_id'])['instanceAction']['events']
-        disk_events = [e for e in events if e['event'] == DISK_EVENT]
-        self.assertEqual(1, len(disk_events), events)
-        event = disk_events[0]
-        what = '%s (flavor disk %d GiB, %d bytes free)' % (events, disk, free)
-        self.assertEqual('Error', event['result'], what)
-        self.assertEqual(hosts[0], event['host'], what)
-        self.assertIn('Not enough space to preallocate disk',
-                      event['details'], what)
-        self.assertIn('%s/%s/disk' % (
-            CONF.prealloc.instances_path.rstrip('/'), server['id']),
-            event['details'], what)
+        # compute_prealloc_disks, then _2, _3... on the later hosts.
+        disk_events = [e for e in events
+                       if e['event'].startswith(DISK_EVENT)]
+        what = '%s (flavor disk %d GiB; free, total: %s)' % (events, disk,
+                                                            room)
+        self.assertEqual(sorted(hosts),
+                         sorted(e['host'] for e in disk_events), what)
+        for event in disk_events:
+            self.assertEqual('Error', event['result'], what)
+            self.assertIn('Not enough space to preallocate disk',
+                          event['details'], what)
+            self.assertIn(path, event['details'], what)
+
+
+class PreallocMigrationTest(PreallocHostTest):
+    """A disk that moves to another host (cold migration, block live
+    migration) is checked on both hosts: gone from the source, and on the
+    destination laid out and allocated as the destination's policy says
+    (``[prealloc] host_modes``) or as the flavor's ``prealloc:mode`` says.
+
+    A block live migration has QEMU on the source mirror the disk into the
+    file the destination's nova-compute made (the plugin preallocated it):
+    what the mirror writes there must not undo the preallocation.
+    """
+
+    # migrate_server(host=...) from 2.56; live_migrate_server without
+    # disk_over_commit from 2.25; the hosts (2.62) and details (2.84) of
+    # instance-action events. Servers of the tests that choose their host
+    # are the admin's (nova:HOST): the admin's client follows them all.
+    min_microversion = '2.84'
+    max_microversion = 'latest'
+
+    @classmethod
+    def skip_checks(cls):
+        super().skip_checks()
+        if CONF.compute.min_compute_nodes < 2:
+            raise cls.skipException('needs two compute hosts '
+                                    '([compute] min_compute_nodes)')
+
+    def other_host(self, server):
+        dest = self.get_host_other_than(server['id'])
+        if dest is None:
+            raise self.skipException('no other compute host is up')
+        return dest
+
+    def thick_and_thin(self):
+        """A host whose mode allocates the disk (space or full) and one
+        whose mode does not (none or metadata), from ``[prealloc]
+        host_modes``; skips the test without both.
+        """
+        modes = CONF.prealloc.host_modes
+        thin = sorted(h for h, m in modes.items() if m in ('none',
+                                                            'metadata'))
+        thick = sorted(h for h, m in modes.items() if m in ('space', 'full'))
+        if not thin or not thick:
+            raise self.skipException(
+                'needs a host in mode none or metadata and one in space or '
+                'full ([prealloc] host_modes: %s)' % modes)
+        return thick[0], thin[0]
+
+    def boot_on(self, flavor, host, wait_until='ACTIVE'):
+        """A server of ``flavor`` on ``host`` (``nova:HOST``: an admin's
+        request).
+        """
+        body = self.create_test_server(
+            clients=self.os_admin, flavor=flavor['id'],
+            wait_until=wait_until, availability_zone='nova:%s' % host)
+        server = self.admin_view(body['id'])
+        self.assertEqual(host, server['OS-EXT-SRV-ATTR:host'])
+        return server
+
+    def host_mode(self, name):
+        modes = CONF.prealloc.host_modes
+        if name not in modes:
+            raise self.skipException(
+                '[prealloc] host_modes does not say the mode of %s (%s)'
+                % (name, modes))
+        return modes[name]
+
+    def assert_moved(self, server, source, dest, mode, virtual_size=GiB):
+        """``server`` runs on ``dest`` with a disk of ``mode``; ``source``
+        keeps no disk of it. Returns the destination disk's ``qemu-img
+        map`` (ComputeHost.qemu_img_map).
+        """
+        server = self.admin_view(server['id'])
+        self.assertEqual(dest, server['OS-EXT-SRV-ATTR:host'])
+        self.assert_disk(server, mode, virtual_size)
+        gone = compute_host.ComputeHost(source)
+        path = gone.disk_path(server['id'])
+        self.assertFalse(gone.exists(path),
+                         '%s still exists on %s' % (path, source))
+        return self.host_of(server).qemu_img_map(path)
+
+    def cold_migrate(self, server, dest):
+        self.admin_servers_client.migrate_server(server['id'], host=dest)
+        waiters.wait_for_server_status(self.admin_servers_client, server['id'],
+                                       'VERIFY_RESIZE')
+        self.admin_servers_client.confirm_resize_server(server['id'])
+        waiters.wait_for_server_status(self.admin_servers_client, server['id'],
+                                       'ACTIVE')
+
+    def wait_for_migration(self, server):
+        """The server's migrations once one is over (its own record says
+        when, and how).
+        """
+        deadline = time.time() + CONF.compute.build_timeout
+        while True:
+            migrations = self.os_admin.migrations_client.list_migrations(
+                instance_uuid=server['id'])['migrations']
+            done = [m for m in migrations
+                    if m['status'] in ('completed', 'failed', 'error')]
+            if done or time.time() > deadline:
+                return migrations
+            time.sleep(2)
+
+    def live_migrate(self, server, dest):
+        self.admin_servers_client.live_migrate_server(
+            server['id'], host=dest, block_migration=True)
+        migrations = self.wait_for_migration(server)
+        self.assertEqual(['completed'],
+                         [m['status'] for m in migrations], migrations)
+        waiters.wait_for_server_status(self.admin_servers_client, server['id'],
+                                       'ACTIVE')
+
+    # The cold migrations go from a host that allocates the disk to one
+    # that does not: nova's copy (scp) writes every byte, zeros included,
+    # so only on such a destination does a disk left as copied differ from
+    # one made by the destination's mode. (The other way, a copied disk
+    # arrives all written: fully allocated, more than mode space needs.)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a40')
+    def test_cold_migration_takes_destination_policy(self):
+        """A flavor without prealloc:mode: after a cold migration the disk
+        has the destination host's mode (metadata: holes where the copy
+        wrote zeros), not the source's (space).
+        """
+        source, dest = self.thick_and_thin()
+        server = self.boot_on(self.flavor(), source)
+        self.assert_disk(server, self.host_mode(source), GiB)
+        self.cold_migrate(server, dest)
+        self.assert_moved(server, source, dest, self.host_mode(dest))
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a41')
+    def test_cold_migration_keeps_flavor_mode(self):
+        """A flavor in mode space going to a host in mode metadata: the
+        disk stays allocated (the flavor's mode), where the host's own
+        mode would leave it thin.
+        """
+        source, dest = self.thick_and_thin()
+        server = self.boot_on(self.flavor(**{'prealloc:mode': 'space'}),
+                              source)
+        self.cold_migrate(server, dest)
+        server = self.admin_view(server['id'])
+        self.assertEqual(dest, server['OS-EXT-SRV-ATTR:host'])
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        size, allocated = host.stat(path)
+        # Every byte allocated; as the copy's written zeros, not unwritten
+        # extents (nothing rewrites a disk that already holds its space).
+        self.assertGreaterEqual(allocated, GiB, '%s: %d allocated' % (
+            path, allocated))
+        self.assertFalse(compute_host.ComputeHost(source).exists(path))
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a44')
+    def test_cold_migration_revert_keeps_source_disk(self):
+        """A cold migration reverted: the server is back on its source
+        with its disk in the source's mode (the destination's, made in
+        the other mode, removed).
+        """
+        source, dest = self.thick_and_thin()
+        server = self.boot_on(self.flavor(), source)
+        self.admin_servers_client.migrate_server(server['id'], host=dest)
+        waiters.wait_for_server_status(self.admin_servers_client, server['id'],
+                                       'VERIFY_RESIZE')
+        self.assert_disk(self.admin_view(server['id']),
+                         self.host_mode(dest), GiB)
+        self.admin_servers_client.revert_resize_server(server['id'])
+        waiters.wait_for_server_status(self.admin_servers_client, server['id'],
+                                       'ACTIVE')
+        self.assert_moved(server, dest, source, self.host_mode(source))
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a45')
+    def test_live_migration_refused_without_room(self):
+        """A server whose disk is thin on its host (mode metadata) and
+        larger than the free space of a host in mode space: a block live
+        migration there is refused by that host's check before anything
+        moves; the server runs on where it was, nothing is left on the
+        destination, and the destination's event says why.
+        """
+        dest, source = self.thick_and_thin()
+        free, total = compute_host.ComputeHost(dest).free_and_total(
+            CONF.prealloc.instances_path)
+        disk = (free + total) // 2 // GiB
+        if disk * GiB < free + GiB:
+            raise self.skipException(
+                'the instances filesystem of %s is nearly empty (%d of %d '
+                'bytes free)' % (dest, free, total))
+        server = self.boot_on(self.flavor(disk=disk), source)
+        self.admin_servers_client.live_migrate_server(
+            server['id'], host=dest, block_migration=True)
+        migrations = self.wait_for_migration(server)
+        self.assertEqual(['error'], [m['status'] for m in migrations],
+                         migrations)
+        waiters.wait_for_server_status(self.admin_servers_client,
+                                       server['id'], 'ACTIVE')
+        self.assertEqual(source, self.get_host_for_server(server['id']))
+        self.assertFalse(compute_host.ComputeHost(dest).exists(
+            compute_host.ComputeHost(dest).disk_path(server['id'])))
+        actions = self.admin_servers_client.list_instance_actions(
+            server['id'])['instanceActions']
+        live = [a for a in actions if a['action'] == 'live-migration']
+        self.assertEqual(1, len(live), actions)
+        events = self.admin_servers_client.show_instance_action(
+            server['id'], live[0]['request_id'])['instanceAction']['events']
+        check = [e for e in events if e['event'] ==
+                 'compute_check_can_live_migrate_destination']
+        self.assertEqual(1, len(check), events)
+        self.assertEqual('Error', check[0]['result'], events)
+        self.assertEqual(dest, check[0]['host'], events)
+        self.assertIn('Not enough space on host', check[0]['details'],
+                      events)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a42')
+    def test_live_block_migration_keeps_space(self):
+        """Mode space: after QEMU's mirror the destination's disk is still
+        all allocated, as unwritten extents (the mirror wrote no zeros and
+        punched no holes).
+        """
+        self._test_live_block_migration('space')
+
+    def _test_live_block_migration(self, mode):
+        server = self.boot(self.flavor(**{'prealloc:mode': mode}))
+        source = server['OS-EXT-SRV-ATTR:host']
+        dest = self.other_host(server)
+        host = self.host_of(server)
+        before = host.qemu_img_map(host.disk_path(server['id']))
+        self.live_migrate(server, dest)
+        after = self.assert_moved(server, source, dest, mode)
+        # The guest sees the same disk, range by range, allocated the
+        # same way.
+        self.assertEqual(before, after)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a43')
+    def test_live_block_migration_keeps_full(self):
+        """Mode full: the destination's disk is still all written zeros
+        after the mirror (no extent left unwritten or unmapped).
+        """
+        self._test_live_block_migration('full')
 
 
 class PreallocExtraSpecsTest(base.BaseV2ComputeAdminTest):
