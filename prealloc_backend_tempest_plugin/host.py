@@ -16,9 +16,10 @@
 running Tempest; ``ssh`` runs the same argument vectors through ``ssh`` on
 the server's compute host; ``command`` through ``host_command`` given the
 host's name (the one-box cloud of tools/cloud-up: ``tools/cloud-host``
-enters the compute host's namespaces). Only
-read-only commands: qemu-img info, stat (of files and filesystems),
-filefrag, virsh dumpxml and prealloc-backend check.
+enters the compute host's namespaces). Only read-only commands: qemu-img
+info and map, stat (of files and filesystems), filefrag, virsh dumpxml,
+prealloc-backend check, and qemu-img convert of a disk into a temporary
+file of the host's /tmp, removed after its md5sum (``guest_md5``).
 """
 
 import json
@@ -86,6 +87,18 @@ class ComputeHost(object):
              '--output=json', path]).stdout)
         return [(r['start'], r['length'], r['depth'], r.get('present'),
                  r['zero'], r['data']) for r in out]
+
+    def guest_md5(self, path):
+        """The md5 of what the guest reads from the qcow2 disk ``path``
+        (its backing file's data included): qemu-img convert to a raw
+        file of the host's /tmp (sparse where the disk reads zeros),
+        md5sum, the file removed. Needs the disk's size free there only
+        for data.
+        """
+        script = ('tmp=$(mktemp /tmp/prealloc-tempest.XXXXXX) || exit 1; '
+                  'qemu-img convert -U -f qcow2 -O raw "$1" "$tmp" && '
+                  'md5sum <"$tmp"; rc=$?; rm -f "$tmp"; exit $rc')
+        return self.run(['sh', '-c', script, 'sh', path]).stdout.split()[0]
 
     def stat(self, path):
         """(st_size, allocated bytes: st_blocks * 512)."""

@@ -130,6 +130,17 @@ class PreallocHostTest(base.BaseV2ComputeAdminTest):
             self.assertEqual(0, unwritten,
                              '%s; unwritten %d' % (what, unwritten))
 
+    def action_events(self, server, action):
+        """The events of ``server``'s one instance action ``action``
+        (create, live-migration...).
+        """
+        actions = self.admin_servers_client.list_instance_actions(
+            server['id'])['instanceActions']
+        found = [a for a in actions if a['action'] == action]
+        self.assertEqual(1, len(found), actions)
+        return self.admin_servers_client.show_instance_action(
+            server['id'], found[0]['request_id'])['instanceAction']['events']
+
     def metadata_cache(self, server):
         """``<metadata_cache><max_size>`` of the root disk in bytes, or
         None when the guest XML has none.
@@ -312,12 +323,7 @@ class PreallocNoRoomTest(PreallocHostTest):
         for name in hosts:
             self.assertFalse(compute_host.ComputeHost(name).exists(path),
                              '%s left on %s' % (path, name))
-        actions = self.admin_servers_client.list_instance_actions(
-            server['id'])['instanceActions']
-        create = [a for a in actions if a['action'] == 'create']
-        self.assertEqual(1, len(create), actions)
-        events = self.admin_servers_client.show_instance_action(
-            server['id'], create[0]['request_id'])['instanceAction']['events']
+        events = self.action_events(server, 'create')
         # compute_prealloc_disks, then _2, _3... on the later hosts.
         disk_events = [e for e in events
                        if e['event'].startswith(DISK_EVENT)]
@@ -457,8 +463,13 @@ class PreallocMigrationTest(PreallocHostTest):
         source, dest = self.thick_and_thin()
         server = self.boot_on(self.flavor(), source)
         self.assert_disk(server, self.host_mode(source), GiB)
+        path = self.host_of(server).disk_path(server['id'])
+        data = self.host_of(server).guest_md5(path)
         self.cold_migrate(server, dest)
         self.assert_moved(server, source, dest, self.host_mode(dest))
+        # The same bytes to the guest after the copy and the holes.
+        self.assertEqual(data, compute_host.ComputeHost(dest).guest_md5(
+            path))
 
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a41')
     def test_cold_migration_keeps_flavor_mode(self):
@@ -526,12 +537,7 @@ class PreallocMigrationTest(PreallocHostTest):
         self.assertEqual(source, self.get_host_for_server(server['id']))
         self.assertFalse(compute_host.ComputeHost(dest).exists(
             compute_host.ComputeHost(dest).disk_path(server['id'])))
-        actions = self.admin_servers_client.list_instance_actions(
-            server['id'])['instanceActions']
-        live = [a for a in actions if a['action'] == 'live-migration']
-        self.assertEqual(1, len(live), actions)
-        events = self.admin_servers_client.show_instance_action(
-            server['id'], live[0]['request_id'])['instanceAction']['events']
+        events = self.action_events(server, 'live-migration')
         check = [e for e in events if e['event'] ==
                  'compute_check_can_live_migrate_destination']
         self.assertEqual(1, len(check), events)
@@ -553,12 +559,16 @@ class PreallocMigrationTest(PreallocHostTest):
         source = server['OS-EXT-SRV-ATTR:host']
         dest = self.other_host(server)
         host = self.host_of(server)
-        before = host.qemu_img_map(host.disk_path(server['id']))
+        path = host.disk_path(server['id'])
+        before = host.qemu_img_map(path)
+        data = host.guest_md5(path)
         self.live_migrate(server, dest)
         after = self.assert_moved(server, source, dest, mode)
         # The guest sees the same disk, range by range, allocated the
-        # same way.
+        # same way, and the same bytes (the guest writes nothing).
         self.assertEqual(before, after)
+        self.assertEqual(data, compute_host.ComputeHost(dest).guest_md5(
+            path))
 
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a43')
     def test_live_block_migration_keeps_full(self):
