@@ -77,8 +77,6 @@ TEMPEST_DIR=$CLOUD_DIR/tempest
 # mount namespace.
 COMPUTE_CONF=$CLOUD_DIR/etc/nova/nova.conf
 HOSTS_DIR=$DATA_DIR/hosts
-# How many compute hosts the running cloud has (cloud-up writes it).
-COMPUTE_HOSTS=$(cat "$STATE_DIR/hosts" 2>/dev/null || echo "$MAX_HOSTS")
 
 # A compute host's services, in the order cloud-down stops them.
 host_services() {
@@ -138,10 +136,13 @@ stop_pid() {
   rm -f "$RUN_DIR/$name.pid"
 }
 
+# The services' PATH: the cloud's virtualenv first.
+SERVICE_PATH=$CLOUD_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
 # The environment every service starts with: nothing inherited from the
 # caller (no TMPDIR: the sudo rule expects the daemon's socket under /tmp).
 clean_env() {
-  env -i PATH="$CLOUD_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+  env -i PATH="$SERVICE_PATH" \
     LANG=C.UTF-8 HOME="$CLOUD_DIR/home" "$@"
 }
 
@@ -174,7 +175,7 @@ start_service() {
   # cd: a WSGI server puts its working directory on sys.path (from a
   # clone's top, nova-api imported the clone's prealloc_backend, not the
   # virtualenv's).
-  (cd "$CLOUD_DIR" && exec env -i PATH="$CLOUD_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+  (cd "$CLOUD_DIR" && exec env -i PATH="$SERVICE_PATH" \
      LANG=C.UTF-8 HOME="$home" "${into[@]}" "${as[@]}" setsid env "$@" \
      >>"$LOG_DIR/$name.log" 2>&1 </dev/null) &
   sleep 0.2
