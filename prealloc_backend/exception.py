@@ -84,8 +84,9 @@ class AllocationCancelled(PreallocError):
 
 
 class ProcessFailed(PreallocError):
-    """A command run by prealloc_backend.process exited non-zero (exit_code
-    negative: killed by that signal) or could not start (exit_code None).
+    """A command run by prealloc_backend.system.process exited non-zero
+    (exit_code negative: killed by that signal) or could not start
+    (exit_code None).
     """
     msg_fmt = '%(cmd)s failed with exit code %(exit_code)s: %(stderr)s'
 
@@ -122,7 +123,7 @@ class ProcessTimeout(PreallocError):
 
 
 class QemuImgError(ProcessFailed):
-    """qemu-img failed (prealloc_backend.qemu.execute)."""
+    """qemu-img failed (prealloc_backend.disk.qemu.execute)."""
 
 
 class QemuImgOutputError(PreallocError):

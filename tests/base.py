@@ -26,10 +26,10 @@ from oslo_utils import units
 from oslo_utils import uuidutils
 from oslotest import base
 
-from prealloc_backend import backend
+from prealloc_backend.adapter import backend
 from prealloc_backend import conf
+from prealloc_backend.disk import fsprobe
 from prealloc_backend import exception
-from prealloc_backend import fsprobe
 from tests import fixtures as pb_fixtures
 
 objects.register_all()

@@ -37,10 +37,10 @@ import fixtures
 import nova.privsep
 from oslo_utils import units
 
-from prealloc_backend import fileops
-from prealloc_backend import fsprobe
+from prealloc_backend.disk import fsprobe
 import prealloc_backend.privsep
 import prealloc_backend.privsep.fs
+from prealloc_backend.system import fileops
 
 MKFS = {
     'ext4': ['mkfs.ext4', '-q', '-F'],

@@ -14,7 +14,7 @@
 
 The same approach as nova's ``doc/ext/extra_specs.py``, which renders
 nova's extra specs from ``nova.api.validation.extra_specs``: the page lists
-what ``prealloc_backend.extra_specs.register()`` gives nova-api (name,
+what ``prealloc_backend.adapter.extra_specs.register()`` gives nova-api (name,
 type, allowed values, description), so the documentation cannot drift from
 what nova-api accepts. One directive, ``.. prealloc-extra-specs::``, and a
 domain ``prealloc`` with ``.. prealloc:extra-spec::`` and the role
@@ -31,7 +31,7 @@ from sphinx import roles
 from sphinx.util import logging
 from sphinx.util import nodes as sphinx_nodes
 
-from prealloc_backend import extra_specs
+from prealloc_backend.adapter import extra_specs
 
 LOG = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def format_validator(validator):
 
 
 class ExtraSpecsDirective(rst.Directive):
-    """Every validator of prealloc_backend.extra_specs, in the order
+    """Every validator of prealloc_backend.adapter.extra_specs, in the order
     ``register()`` returns them.
     """
 
@@ -117,7 +117,7 @@ class ExtraSpecsDirective(rst.Directive):
         source = self.state.document.current_source
         validators = extra_specs.register()
         if not validators:
-            LOG.warning('prealloc_backend.extra_specs.register() returned '
+            LOG.warning('prealloc_backend.adapter.extra_specs.register() returned '
                         'no validator')
         count = 0
         for validator in validators:

@@ -57,11 +57,11 @@ from oslo_utils import units
 from prealloc_backend.bench import tools
 from prealloc_backend.bench import variants
 from prealloc_backend.checks import owner
+from prealloc_backend.disk import fsprobe
 from prealloc_backend import exception
-from prealloc_backend import fsprobe
 import prealloc_backend.privsep
 from prealloc_backend import sizes
-from prealloc_backend import stopping
+from prealloc_backend.system import stopping
 
 LOG = logging.getLogger(__name__)
 CONF = variants.CONF
@@ -215,8 +215,8 @@ def _version(distribution):
 
 # Failures a case can meet without the run being wrong: reported in the
 # case's line, never as a traceback. (NovaException covers the plugin's
-# errors: prealloc_backend.process's ProcessFailed and ProcessTimeout, the
-# qemu-img and allocation errors.)
+# errors: prealloc_backend.system.process's ProcessFailed and
+# ProcessTimeout, the qemu-img and allocation errors.)
 CASE_ERRORS = (tools.ToolError, nova_exception.NovaException, OSError,
                RuntimeError)
 
@@ -325,7 +325,7 @@ class Bench:
         return max(64 * units.Mi, self.free() // 20)
 
     def needed_bytes(self, variant, size, images_type='qcow2'):
-        """Bytes the disk takes once made: policy.make_plan's answer for
+        """Bytes the disk takes once made: diskplan.make_plan's answer for
         the plugin's disks (the very plan the backend carries out), the
         reference's own call for the others.
         """
@@ -338,7 +338,7 @@ class Bench:
         return variants.fs_facts(self.workdir)
 
     def default_cluster(self, size):
-        """Cluster size policy.make_plan gives a plugin overlay of ``size``
+        """Cluster size diskplan.make_plan gives a plugin overlay of ``size``
         bytes with the default options (None: nova's own choice); asked
         once per size and run.
         """

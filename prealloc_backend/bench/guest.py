@@ -66,7 +66,7 @@ from xml.sax import saxutils
 from oslo_log import log as logging
 
 from prealloc_backend import exception
-from prealloc_backend import process
+from prealloc_backend.system import process
 
 LOG = logging.getLogger(__name__)
 

@@ -613,7 +613,7 @@ def render(result):
         'whatever its variant' % (host.get('cache', '-'),
                                   host.get('aio', '-')),
         'disks made by: the plugin\'s Backend(...).by_name().cache(), '
-        'layout from policy.make_plan (plugin <mode>); nova\'s in-tree '
+        'layout from diskplan.make_plan (plugin <mode>); nova\'s in-tree '
         'imagebackend.Backend with preallocate_images none/space (nova '
         '<mode>); fallocate(2), zero write(2)s or truncate (raw)',
         'privsep: %s' % result['privsep'],

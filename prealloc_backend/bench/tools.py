@@ -55,8 +55,8 @@ import resource
 from oslo_log import log as logging
 
 from prealloc_backend import exception
-from prealloc_backend import process
-from prealloc_backend import stopping
+from prealloc_backend.system import process
+from prealloc_backend.system import stopping
 
 LOG = logging.getLogger(__name__)
 
@@ -79,8 +79,8 @@ class ToolError(Exception):
 
 
 def run(cmd, stdin=None):
-    """Run cmd (a list) through prealloc_backend.process (C locale, killed
-    after TIMEOUT); return its stdout. Raises ToolError, for the report,
+    """Run cmd (a list) through prealloc_backend.system.process (C locale,
+    killed after TIMEOUT); return its stdout. Raises ToolError, for the report,
     or stopping.Stopped when the command was asked to stop (before the
     tool starts, or after stopping.on_signals killed it).
     """

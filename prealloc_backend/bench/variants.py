@@ -12,11 +12,11 @@
 
 """The disks compared, each made the way its owner makes it.
 
-* ``plugin-<mode>``: prealloc_backend.backend.Backend(...).by_name(...)
+* ``plugin-<mode>``: prealloc_backend.adapter.backend.Backend(...).by_name(...)
   .cache(...), the very call nova-compute's libvirt driver makes, with
   ``[prealloc_backend] mode`` set to the mode; ``plugin-<mode>@<size>`` the
   same with an opt-in cluster size asked for (``qcow2_cluster_size``). The
-  layout and the bytes a disk needs come from policy.make_plan, as the
+  layout and the bytes a disk needs come from diskplan.make_plan, as the
   backend's own do: nothing here computes them;
 * ``nova-<none|space>``: nova's in-tree nova.virt.libvirt.imagebackend
   .Backend with ``[DEFAULT] preallocate_images`` none or space (stock nova
@@ -51,14 +51,14 @@ from oslo_log import log as logging
 from oslo_utils import units
 from oslo_utils import uuidutils
 
-from prealloc_backend import backend
+from prealloc_backend.adapter import backend
 from prealloc_backend.bench import tools
 from prealloc_backend import conf as pb_conf
-from prealloc_backend import fileops
-from prealloc_backend import fsprobe
-from prealloc_backend import modes
-from prealloc_backend import policy
-from prealloc_backend import stopping
+from prealloc_backend.disk import fsprobe
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner import modes
+from prealloc_backend.system import fileops
+from prealloc_backend.system import stopping
 
 LOG = logging.getLogger(__name__)
 CONF = pb_conf.CONF
@@ -224,23 +224,23 @@ def _settings(variant):
 
 
 def fs_facts(directory):
-    """policy.FsFacts of the filesystem holding ``directory``."""
-    return policy.FsFacts(
+    """diskplan.FsFacts of the filesystem holding ``directory``."""
+    return diskplan.FsFacts(
         fallocate_ok=fsprobe.supports_fallocate(directory),
         fstype=fsprobe.fs_type(directory),
         free_bytes=fsprobe.free_bytes(directory))
 
 
 def plan(variant, size, fs, images_type='qcow2'):
-    """policy.make_plan's DiskPlan for a plugin variant, made with the
+    """diskplan.make_plan's DiskPlan for a plugin variant, made with the
     options the variant's disk is made with. None for nova and raw.
     """
     if variant.family != PLUGIN:
         return None
     with overrides(_settings(variant)):
-        return policy.make_plan(
+        return diskplan.make_plan(
             CONF.prealloc_backend, {}, modes.Mode(variant.mode),
-            policy.DiskFormat(images_type), size, fs)
+            diskplan.DiskFormat(images_type), size, fs)
 
 
 def reference_bytes(variant, size):

@@ -46,7 +46,7 @@ from oslo_utils import units
 from prealloc_backend.bench import engine
 from prealloc_backend.bench import tools
 from prealloc_backend.bench import variants as vs
-from prealloc_backend import policy
+from prealloc_backend.planner import qcow2_layout
 from prealloc_backend import sizes
 
 LOG = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def instances():
 
 
 def default_cluster(bench, size):
-    """Cluster size policy.make_plan gives a plugin overlay of ``size``
+    """Cluster size diskplan.make_plan gives a plugin overlay of ``size``
     bytes with the default options (None: nova's own choice).
     """
     return bench.default_cluster(size)
@@ -106,8 +106,8 @@ def opt_in_clusters(bench, size):
     """Names of the cluster sizes an operator can ask for, other than the
     one the plan gives by default: [('256K', 262144), ...].
     """
-    default = default_cluster(bench, size) or policy.MIN_CLUSTER
-    return [(name, value) for name, value in policy.CLUSTER_SIZES.items()
+    default = default_cluster(bench, size) or qcow2_layout.MIN_CLUSTER
+    return [(name, value) for name, value in qcow2_layout.CLUSTER_SIZES.items()
             if value != default]
 
 
@@ -323,7 +323,7 @@ class _FirstWrites(Workload):
         for group, _variants in self.groups(bench)[1:]:
             if group == BEYOND_GROUP:
                 out.append(group)
-            elif policy.CLUSTER_SIZES[group.split()[0]] in defaults:
+            elif qcow2_layout.CLUSTER_SIZES[group.split()[0]] in defaults:
                 out.append(group)
         return out
 
@@ -413,13 +413,13 @@ class NewClusterWrites(_FirstWrites):
     def _cluster(self, bench, group):
         if group in (DEFAULT_GROUP, BEYOND_GROUP):
             return default_cluster(bench, self.group_disk_size(bench, group))
-        return policy.CLUSTER_SIZES[group.split()[0]]
+        return qcow2_layout.CLUSTER_SIZES[group.split()[0]]
 
     def step(self, bench, group):
         """Distance between writes: the largest cluster of the group's
         variants (nova's overlays and the minimum: 64 KiB).
         """
-        return max(policy.MIN_CLUSTER, self._cluster(bench, group) or 0)
+        return max(qcow2_layout.MIN_CLUSTER, self._cluster(bench, group) or 0)
 
     def count(self, bench, group):
         """As many writes as fit over the backing data (beyond it: in the
@@ -602,7 +602,7 @@ class RandomReads(Workload):
         self._points = self.points(bench)
         # What one 4 KiB write can copy at most: a 64 KiB cluster (nova's
         # layout) or subcluster (2 MiB clusters with extended_l2).
-        written = len(self._points) * policy.MIN_CLUSTER
+        written = len(self._points) * qcow2_layout.MIN_CLUSTER
         cold_cases, warm_cases = [], []
         for variant in self.variants(bench):
             warm = engine.Case(variant, group=self.warm_group(bench))
@@ -640,14 +640,14 @@ class RandomReads(Workload):
         info = tools.info(disk.path, 'qcow2')
         size, cluster = info['virtual-size'], info['cluster-size']
         extended = bool(disk.extended_l2)
-        span = policy.l2_coverage(cluster, extended, cluster)
+        span = qcow2_layout.l2_coverage(cluster, extended, cluster)
         if disk.cache_size:
             # QEMU gives the refcount cache its minimum, the rest to L2.
-            cache = disk.cache_size - (policy.MIN_REFCOUNT_CACHE_CLUSTERS *
-                                       cluster)
+            cache = disk.cache_size - (
+                qcow2_layout.MIN_REFCOUNT_CACHE_CLUSTERS * cluster)
         else:
-            cache = policy.QEMU_DEFAULT_L2_CACHE
-        covered = min(policy.l2_coverage(cluster, extended, cache), size)
+            cache = qcow2_layout.QEMU_DEFAULT_L2_CACHE
+        covered = min(qcow2_layout.l2_coverage(cluster, extended, cache), size)
         tables = len({point // span for point in self._points})
         return {'l2_entry': '%s (maps %s)' % (sizes.human(cluster),
                                               sizes.human(span)),

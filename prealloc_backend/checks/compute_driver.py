@@ -47,7 +47,7 @@ def check_compute_driver(host):
     """
     from nova.virt import driver as nova_driver
 
-    from prealloc_backend import driver
+    from prealloc_backend.adapter import driver
 
     value = host.conf.compute_driver
     wrapper = find_wrapper()

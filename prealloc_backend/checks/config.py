@@ -18,7 +18,7 @@ options check reads every option the plugin and nova-compute's part of it
 use, now, and names each invalid one with the file it is in and what is
 allowed. The mode check says which mode results from ``[DEFAULT]
 preallocate_images`` and ``[prealloc_backend] mode``, and what the backend's
-plan (``policy.make_plan``) makes of it for a new disk on this host.
+plan (``diskplan.make_plan``) makes of it for a new disk on this host.
 
 Both run as the command's user (root) and only read: the configuration
 files and the options parsed from them.
@@ -30,8 +30,8 @@ from oslo_privsep import priv_context
 from prealloc_backend.checks import result
 from prealloc_backend import conf as pb_conf
 from prealloc_backend import exception
-from prealloc_backend import modes
-from prealloc_backend import policy
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner import modes
 import prealloc_backend.privsep
 from prealloc_backend import sizes
 
@@ -159,23 +159,23 @@ def mode_source(conf):
 
 def describe_plan(plan):
     """What the backend does to a new disk, in words."""
-    if plan.fmt is policy.DiskFormat.QCOW2:
+    if plan.fmt is diskplan.DiskFormat.QCOW2:
         cluster = ('a cluster size of %s' % sizes.human(plan.cluster_size)
                    if plan.cluster_size else "qemu-img's default cluster size")
         return ('qcow2 overlays created with extended_l2=%s, '
                 'preallocation=%s, %s'
                 % ('on' if plan.extended_l2 else 'off',
                    plan.preallocation.value, cluster))
-    return {policy.RawAction.NOTHING: 'raw disks left sparse',
-            policy.RawAction.FALLOCATE: 'raw disks allocated with '
+    return {diskplan.RawAction.NOTHING: 'raw disks left sparse',
+            diskplan.RawAction.FALLOCATE: 'raw disks allocated with '
                                         'fallocate(2) over their size',
-            policy.RawAction.ZERO_FILL: 'raw disk holes zero-filled',
+            diskplan.RawAction.ZERO_FILL: 'raw disk holes zero-filled',
             }[plan.raw_action]
 
 
 def check_mode(host):
     """The effective mode, and what the plan makes of it here."""
-    from prealloc_backend import driver
+    from prealloc_backend.adapter import driver
 
     mode = host.mode
     source = mode_source(host.conf)
@@ -208,7 +208,7 @@ def check_mode(host):
             'Mode %s from %s: %s' % (mode.value, source,
                                      exc.format_message()),
             'See the Instances filesystem check.', **facts)
-    if plan.fmt is policy.DiskFormat.QCOW2:
+    if plan.fmt is diskplan.DiskFormat.QCOW2:
         facts.update(preallocation=plan.preallocation.value,
                      extended_l2=plan.extended_l2,
                      cluster_size=plan.cluster_size)
@@ -221,7 +221,7 @@ def check_mode(host):
     if plan.warning:
         details += ' (%s)' % plan.warning
     if (mode is modes.Mode.METADATA and
-            plan.fmt is policy.DiskFormat.RAW):
+            plan.fmt is diskplan.DiskFormat.RAW):
         return result.warning(
             details + '. Mode metadata, but the instance disks are raw '
             '(images_type = %s, use_cow_images = %s): raw disks have no '

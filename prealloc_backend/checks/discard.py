@@ -13,14 +13,14 @@
 """Check what a guest's TRIM (discard) will do to this host's disks.
 
 Reads the configuration only (runs as whoever runs the check, touches no
-file). The answer comes from ``policy.guest_discard``, the function the
+file). The answer comes from ``diskplan.guest_discard``, the function the
 backend's ``libvirt_info`` asks for each disk's ``<driver discard=...>``,
 for the host's disk format and every mode a flavor may choose.
 """
 
 from prealloc_backend.checks import result
-from prealloc_backend.modes import Mode
-from prealloc_backend import policy
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner.modes import Mode
 
 
 def discard_by_mode(host):
@@ -29,7 +29,7 @@ def discard_by_mode(host):
     """
     nova_discard = host.conf.libvirt.hw_disk_discard
     choice = host.conf.prealloc_backend.guest_discard
-    return {mode.value: policy.guest_discard(mode, host.disk_format,
+    return {mode.value: diskplan.guest_discard(mode, host.disk_format,
                                              nova_discard, choice)
             for mode in Mode}
 
@@ -56,7 +56,7 @@ def check_guest_discard(host):
     thin = sorted(m for m, value in by_mode.items() if value == 'unmap')
     kept = sorted(m for m, value in by_mode.items() if value == 'ignore')
     losing = [m for m in thin if Mode(m) in (Mode.SPACE, Mode.FULL) or
-              (fmt is policy.DiskFormat.QCOW2 and Mode(m).preallocates)]
+              (fmt is diskplan.DiskFormat.QCOW2 and Mode(m).preallocates)]
     thin_text = ("a guest's TRIM frees the host blocks it covers on %s "
                  'disks of mode %s' % (fmt.value, ', '.join(thin)))
     if not losing:

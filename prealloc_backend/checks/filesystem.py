@@ -17,7 +17,7 @@ Both read the facts ``Host.filesystem`` measured once: the type from
 file there (``fsprobe.supports_fallocate``, as the backend probes it), and
 the free bytes an unprivileged process may use (``f_bavail * f_frsize``; the
 privileged daemon refuses to dig into root-reserved blocks). The bytes a new
-disk needs come from the backend's plan (``policy.make_plan``), never from a
+disk needs come from the backend's plan (``diskplan.make_plan``), never from a
 computation of this module.
 
 Who does what: these checks only read the facts; the probe that measured
@@ -32,7 +32,7 @@ from oslo_utils import units
 
 from prealloc_backend.checks import result
 from prealloc_backend import exception
-from prealloc_backend import modes
+from prealloc_backend.planner import modes
 from prealloc_backend import sizes
 
 # Even a thin disk needs room: a qcow2 overlay's header and tables, the

@@ -17,7 +17,7 @@ configuration, parsed as nova-compute parses it) and share what is costly
 or must not change between two checks: the filesystem facts (a real
 fallocate(2) probe, ``f_bavail * f_frsize``) are measured once, before any
 check writes there. Needed bytes and the qcow2 layout come only from
-``policy.make_plan``, through ``Host.plan``: the check reports what the
+``diskplan.make_plan``, through ``Host.plan``: the check reports what the
 backend will do because it asks the function the backend asks.
 
 Who does what: the command runs as root (it reads nova.conf and libvirt's
@@ -30,9 +30,9 @@ in a child process working in that descriptor, as the directory's owner
 import os
 
 from prealloc_backend.checks import owner
-from prealloc_backend import fsprobe
-from prealloc_backend import modes
-from prealloc_backend import policy
+from prealloc_backend.disk import fsprobe
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner import modes
 
 
 # Where libvirt's QEMU driver reads its configuration.
@@ -89,10 +89,10 @@ class Host:
 
     @property
     def disk_format(self):
-        """policy.DiskFormat of new instance disks, or None when they are
+        """diskplan.DiskFormat of new instance disks, or None when they are
         not files the plugin handles (rbd, lvm, ploop).
         """
-        return policy.host_disk_format(self.conf.libvirt.images_type,
+        return diskplan.host_disk_format(self.conf.libvirt.images_type,
                                        self.conf.use_cow_images)
 
     def filesystem(self):
@@ -132,12 +132,12 @@ class Host:
 
     def fs_facts(self):
         fs = self.filesystem()
-        return policy.FsFacts(fallocate_ok=fs['fallocate'],
+        return diskplan.FsFacts(fallocate_ok=fs['fallocate'],
                               fstype=fs['fs_type'],
                               free_bytes=fs['free_bytes'])
 
     def plan(self, size, mode=None, fmt=None):
-        """policy.make_plan's DiskPlan for a new disk of ``size`` bytes.
+        """diskplan.make_plan's DiskPlan for a new disk of ``size`` bytes.
 
         ``mode``: plan for a flavor whose extra spec asks this Mode (the
         host's mode when None); ``fmt``: another DiskFormat than the host's.
@@ -147,7 +147,7 @@ class Host:
         extra_specs = {}
         if mode is not None:
             extra_specs[modes.FLAVOR_MODE_KEY] = mode.value
-        return policy.make_plan(self.conf.prealloc_backend, extra_specs,
+        return diskplan.make_plan(self.conf.prealloc_backend, extra_specs,
                                 self.mode, fmt or self.disk_format, size,
                                 self.fs_facts(),
                                 path=self.filesystem()['instances_path'])

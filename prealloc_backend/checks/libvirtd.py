@@ -27,7 +27,7 @@ the guest XML of a qcow2 disk carries ``<metadata_cache>``, which libvirt
 7.0 and later turn into the qcow2 node's cache-size (older ones ignore the
 element: the disk then gets QEMU's default cache). The check runs the
 daemon's ``--version`` (virtqemud, else libvirtd) and reports the cache the
-plan (``policy.make_plan``) gives a disk of ``--disk-size``.
+plan (``diskplan.make_plan``) gives a disk of ``--disk-size``.
 
 Both run as the command's user (root) and write nothing: they read
 qemu.conf and run the daemon's ``--version`` from the system's sbin
@@ -40,10 +40,11 @@ import shutil
 
 from prealloc_backend.checks import result
 from prealloc_backend import exception
-from prealloc_backend import modes
-from prealloc_backend import policy
-from prealloc_backend import process
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner import modes
+from prealloc_backend.planner import qcow2_layout
 from prealloc_backend import sizes
+from prealloc_backend.system import process
 
 # libvirt's defaults when qemu.conf does not set them.
 DEFAULTS = {'dynamic_ownership': 1, 'remember_owner': 1}
@@ -273,7 +274,7 @@ def check_metadata_cache(host):
     """libvirt honours the <metadata_cache> the plan gives qcow2 disks."""
     opts = host.conf.prealloc_backend
     facts = {'qcow2_l2_cache': opts.qcow2_l2_cache}
-    if host.disk_format is not policy.DiskFormat.QCOW2:
+    if host.disk_format is not diskplan.DiskFormat.QCOW2:
         return result.success('Instance disks are not qcow2: no metadata '
                               'cache in the guest XML.', **facts)
     size = sizes.human(host.disk_size)
@@ -292,13 +293,13 @@ def check_metadata_cache(host):
             return result.success(
                 "qcow2_l2_cache = %s: disks get QEMU's default metadata "
                 'cache.' % opts.qcow2_l2_cache, **facts)
-        if policy.l2_cache_bytes(plan.virtual_size, plan.cluster_size,
+        if qcow2_layout.l2_cache_bytes(plan.virtual_size, plan.cluster_size,
                                  plan.extended_l2) <= (
-                policy.QEMU_DEFAULT_L2_CACHE):
+                qcow2_layout.QEMU_DEFAULT_L2_CACHE):
             return result.success(
                 "%s gets no <metadata_cache>: QEMU's default L2 cache "
                 '(%s) covers it. Check a larger disk with --disk-size.'
-                % (who, sizes.human(policy.QEMU_DEFAULT_L2_CACHE)),
+                % (who, sizes.human(qcow2_layout.QEMU_DEFAULT_L2_CACHE)),
                 **facts)
         return result.warning(
             "%s gets no <metadata_cache>: the cache covering it would "

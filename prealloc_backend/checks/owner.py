@@ -48,7 +48,7 @@ import pwd
 import stat
 
 from prealloc_backend import exception
-from prealloc_backend import process
+from prealloc_backend.system import process
 
 # Most bytes a step's answer may take (a few facts, or an error message).
 MAX_ANSWER = 1 << 20

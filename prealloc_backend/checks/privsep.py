@@ -63,10 +63,10 @@ from oslo_rootwrap import wrapper as rootwrap_wrapper
 from prealloc_backend.checks import instances
 from prealloc_backend.checks import result
 from prealloc_backend import exception
-from prealloc_backend import modes
+from prealloc_backend.planner import modes
 import prealloc_backend.privsep
 from prealloc_backend import privsep_helper
-from prealloc_backend import process
+from prealloc_backend.system import process
 
 LOG = logging.getLogger(__name__)
 Code = result.Code

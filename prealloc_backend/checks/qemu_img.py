@@ -15,7 +15,7 @@
 The version must know extended_l2 (QEMU 5.2), which a preallocated overlay
 with a backing file needs. Then the check does, in a scratch directory in
 instances_path, what the backend does for a new disk: create a small
-overlay of a raw base with the plan's layout (``policy.make_plan`` for the
+overlay of a raw base with the plan's layout (``diskplan.make_plan`` for the
 host's mode; metadata when the host's mode is none, since flavors may ask
 for more), read it back with ``qemu-img info``, and grow it with the same
 preallocation. The scratch directory is removed whatever happens.
@@ -40,10 +40,11 @@ from oslo_utils import units
 
 from prealloc_backend.checks import owner
 from prealloc_backend.checks import result
+from prealloc_backend.disk import qemu
 from prealloc_backend import exception
-from prealloc_backend import modes
-from prealloc_backend import policy
-from prealloc_backend import qemu
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner import modes
+from prealloc_backend.planner import qcow2_layout
 from prealloc_backend import sizes
 
 # The overlay the check creates, its base, and what it grows it to.
@@ -78,18 +79,18 @@ def probe_plan(host):
     """(the plan the probe overlay is made with, a note or None)."""
     note = None
     try:
-        plan = host.plan(PROBE_OVERLAY_BYTES, fmt=policy.DiskFormat.QCOW2)
+        plan = host.plan(PROBE_OVERLAY_BYTES, fmt=diskplan.DiskFormat.QCOW2)
     except exception.FallocateUnsupported as exc:
         # Spawns fail in this mode (the filesystem check says so); test
         # what flavors asking metadata get.
         note = exc.format_message()
         plan = host.plan(PROBE_OVERLAY_BYTES, mode=modes.Mode.METADATA,
-                         fmt=policy.DiskFormat.QCOW2)
-    if plan.preallocation is policy.Qcow2Preallocation.OFF:
+                         fmt=diskplan.DiskFormat.QCOW2)
+    if plan.preallocation is qcow2_layout.Qcow2Preallocation.OFF:
         # Thin by the host's mode, but flavors may ask for more: test it.
         asked = host.plan(PROBE_OVERLAY_BYTES, mode=modes.Mode.METADATA,
-                          fmt=policy.DiskFormat.QCOW2)
-        if asked.preallocation is not policy.Qcow2Preallocation.OFF:
+                          fmt=diskplan.DiskFormat.QCOW2)
+        if asked.preallocation is not qcow2_layout.Qcow2Preallocation.OFF:
             plan = asked
     return plan, note
 
@@ -99,7 +100,7 @@ def _layout(plan):
     return types.SimpleNamespace(
         preallocation=plan.preallocation,
         extended_l2=bool(plan.extended_l2),
-        cluster_size=plan.cluster_size or policy.QEMU_DEFAULT_CLUSTER)
+        cluster_size=plan.cluster_size or qcow2_layout.QEMU_DEFAULT_CLUSTER)
 
 
 SCRATCH_PREFIX = '.prealloc-check-'
@@ -131,7 +132,8 @@ def _overlay_step(fd, plan_layout, directory):
     """
     _no_prlimit_wrapper()
     layout = types.SimpleNamespace(
-        preallocation=policy.Qcow2Preallocation(plan_layout['preallocation']),
+        preallocation=qcow2_layout.Qcow2Preallocation(
+            plan_layout['preallocation']),
         extended_l2=plan_layout['extended_l2'],
         cluster_size=plan_layout['cluster_size'])
     name = SCRATCH_PREFIX + os.urandom(8).hex()
@@ -154,7 +156,7 @@ def _overlay_step(fd, plan_layout, directory):
         allocated = os.fstat(overlay).st_blocks * 512
         qemu.resize(OVERLAY_NAME, 'qcow2', PROBE_GROWN_BYTES,
                     layout.preallocation if layout.extended_l2
-                    else policy.Qcow2Preallocation.OFF, timeout=TIMEOUT)
+                    else qcow2_layout.Qcow2Preallocation.OFF, timeout=TIMEOUT)
         grown = os.fstat(overlay).st_blocks * 512
         return {'allocated_bytes': allocated,
                 'grown_allocated_bytes': grown}
@@ -252,8 +254,8 @@ def check_qemu_img(host):
         details += ' (%s)' % plan.warning
     if note:
         details += ' (%s)' % note
-    if plan.preallocation in (policy.Qcow2Preallocation.FALLOC,
-                              policy.Qcow2Preallocation.FULL) and (
+    if plan.preallocation in (qcow2_layout.Qcow2Preallocation.FALLOC,
+                              qcow2_layout.Qcow2Preallocation.FULL) and (
             tested['grown_allocated_bytes'] < PROBE_GROWN_BYTES):
         return result.warning(
             details + ' The data area is not fully allocated.',

@@ -14,14 +14,14 @@
 on this host and filesystem.
 
 Disks are made by the plugin's own image backend (layout from
-policy.make_plan), by nova's in-tree one and as raw files (fallocated,
+diskplan.make_plan), by nova's in-tree one and as raw files (fallocated,
 zero-written, sparse), side by side in one directory, and measured with
 QEMU's own tools and timers, every disk opened the same way; see
 prealloc_backend.bench. Exit status: 0 when every case ran (figures that
 cannot be measured here are not shown, each with the reason), 1 when one
 failed or the run was stopped (the first Ctrl-C or SIGTERM, see
-prealloc_backend.stopping: the running tool is killed, the workloads done
-so far are reported), 2 when the run could not start. Targets missed do
+prealloc_backend.system.stopping: the running tool is killed, the workloads
+done so far are reported), 2 when the run could not start. Targets missed do
 not change it: they are findings, read them in the report or in
 ``--json``.
 
@@ -43,7 +43,7 @@ import shutil
 import sys
 import warnings
 
-from prealloc_backend import stopping
+from prealloc_backend.system import stopping
 
 COMMAND = 'prealloc-backend bench'
 DEFAULT_DIRS = ('/var/lib/nova/instances',)

@@ -53,7 +53,7 @@ from prealloc_backend.checks import owner
 from prealloc_backend.checks import result
 from prealloc_backend import conf as pb_conf
 from prealloc_backend import exception
-from prealloc_backend import stopping
+from prealloc_backend.system import stopping
 
 Code = result.Code
 

@@ -21,7 +21,7 @@ from nova import monkey_patch; monkey_patch.patch(backend='threading')  # noqa
 
 from nova.cmd import compute  # noqa: E402
 
-from prealloc_backend import driver  # noqa: E402
+from prealloc_backend.adapter import driver  # noqa: E402
 
 
 def main():

@@ -47,9 +47,9 @@ from oslo_log import log as logging
 
 from prealloc_backend import conf
 from prealloc_backend import exception
-from prealloc_backend import fileops
 import prealloc_backend.privsep
 from prealloc_backend.privsep import beneath
+from prealloc_backend.system import fileops
 
 LOG = logging.getLogger(__name__)
 CONF = conf.CONF

@@ -54,10 +54,10 @@ import unittest
 import fixtures
 from nova.virt import driver as nova_virt_driver
 
-from prealloc_backend import backend
+from prealloc_backend.adapter import backend
+from prealloc_backend.adapter import driver
 from prealloc_backend import conf
-from prealloc_backend import driver
-from prealloc_backend import fsprobe
+from prealloc_backend.disk import fsprobe
 import prealloc_backend.privsep
 
 CONF = conf.CONF

@@ -42,14 +42,15 @@ import subprocess
 
 from oslo_utils import units
 
-from prealloc_backend import allocate
 from prealloc_backend import conf
-from prealloc_backend import fileops
-from prealloc_backend import formats
-from prealloc_backend import journal
-from prealloc_backend import modes
-from prealloc_backend import policy
-from prealloc_backend import qcow2
+from prealloc_backend.disk import allocate
+from prealloc_backend.disk import formats
+from prealloc_backend.disk import journal
+from prealloc_backend.disk import qcow2
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner import modes
+from prealloc_backend.planner import qcow2_layout
+from prealloc_backend.system import fileops
 from tests import base
 from tests.crash import crashfs
 from tests import fixtures as pb_fixtures
@@ -58,7 +59,7 @@ SIZE = 4 * units.Mi
 GROWN = 8 * units.Mi
 WRITE_CUTS = 1024
 QCOW2_MAGIC = b'QFI\xfb'
-PA = policy.Qcow2Preallocation
+PA = qcow2_layout.Qcow2Preallocation
 REPORT = os.environ.get('PREALLOC_CRASH_REPORT', '/tmp/prealloc-crash.txt')
 
 
@@ -72,16 +73,16 @@ def _run(*args, ok=(0,)):
 
 
 def _qcow2_plan(size, prealloc, extended_l2=True):
-    return policy.DiskPlan(
-        mode=modes.Mode.SPACE, fmt=policy.DiskFormat.QCOW2,
+    return diskplan.DiskPlan(
+        mode=modes.Mode.SPACE, fmt=diskplan.DiskFormat.QCOW2,
         virtual_size=size, raw_action=None, preallocation=prealloc,
         cluster_size=64 * units.Ki, extended_l2=extended_l2,
         needed_bytes=0, metadata_cache_bytes=None, warning=None)
 
 
 def _raw_plan(size, action):
-    return policy.DiskPlan(
-        mode=modes.Mode.SPACE, fmt=policy.DiskFormat.RAW, virtual_size=size,
+    return diskplan.DiskPlan(
+        mode=modes.Mode.SPACE, fmt=diskplan.DiskFormat.RAW, virtual_size=size,
         raw_action=action, preallocation=None, cluster_size=None,
         extended_l2=None, needed_bytes=size, metadata_cache_bytes=None,
         warning=None)
@@ -250,7 +251,7 @@ class CrashTestCase(base.TestCase):
             record.recover()
             record.begin(True)
             if mode == 'none':
-                # nova's own overlay (policy._none_plan): qemu-img create
+                # nova's own overlay (diskplan._none_plan): qemu-img create
                 # at the disk's path, inside the plugin's journal.
                 _run('qemu-img', 'create', '-f', 'qcow2', '-F', 'raw', '-b',
                      self.base, self.disk, str(SIZE))
@@ -331,13 +332,13 @@ class CrashTestCase(base.TestCase):
         self.crash_points('create raw %s' % mode, {}, operation, check)
 
     def test_create_raw_none(self):
-        self._create_raw('none', policy.RawAction.NOTHING)
+        self._create_raw('none', diskplan.RawAction.NOTHING)
 
     def test_create_raw_space(self):
-        self._create_raw('space', policy.RawAction.FALLOCATE)
+        self._create_raw('space', diskplan.RawAction.FALLOCATE)
 
     def test_create_raw_full(self):
-        self._create_raw('full', policy.RawAction.ZERO_FILL)
+        self._create_raw('full', diskplan.RawAction.ZERO_FILL)
 
     def test_grow(self):
         initial = {'disk': self._overlay(True),

@@ -16,10 +16,10 @@ nova's API, conductor, scheduler and compute services run in this process
 on sqlite, with nova's fake libvirt. Everything below the libvirt API is
 real: the compute driver is loaded by nova.virt.driver.load_compute_driver
 from ``compute_driver = prealloc_backend.LibvirtDriver`` (after
-prealloc_backend.driver.register(), exactly what the prealloc-nova-compute
-wrapper does), images come from a Glance fixture serving real image bytes,
-and the disks are real files in a temporary instances_path made by real
-qemu-img, cp, mkfs, mkswap and fallocate(2).
+prealloc_backend.adapter.driver.register(), exactly what the
+prealloc-nova-compute wrapper does), images come from a Glance fixture
+serving real image bytes, and the disks are real files in a temporary
+instances_path made by real qemu-img, cp, mkfs, mkswap and fallocate(2).
 
 nova's own libvirt functional base (ServersTestBase) mocks the image backend
 (LibvirtImageBackendFixture) and LibvirtDriver._create_image: this harness
@@ -43,9 +43,9 @@ from nova.virt.libvirt import imagecache
 from oslo_log import log as logging
 from oslo_utils import units
 
+from prealloc_backend.adapter import driver
 from prealloc_backend import conf
-from prealloc_backend import driver
-from prealloc_backend import fsprobe
+from prealloc_backend.disk import fsprobe
 from tests import fixtures as pb_fixtures
 
 LOG = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ the guest XML nova handed to libvirt.
 
 from oslo_utils import units
 
+from prealloc_backend.adapter import driver
 from prealloc_backend import conf
-from prealloc_backend import driver
 from tests.functional import base
 
 CONF = conf.CONF
@@ -39,7 +39,7 @@ class TestDriverLoading(base.ServersTestBase):
                          CONF.compute_driver)
         compute_driver = self.computes['compute1'].driver
         self.assertIs(driver.LibvirtDriver, type(compute_driver))
-        self.assertEqual('prealloc_backend.backend',
+        self.assertEqual('prealloc_backend.adapter.backend',
                          type(compute_driver.image_backend).__module__)
 
 

@@ -34,7 +34,7 @@ from oslo_privsep import daemon as privsep_daemon
 from oslo_utils import encodeutils
 from oslo_utils import units
 
-from prealloc_backend import modes
+from prealloc_backend.planner import modes
 import prealloc_backend.privsep
 import prealloc_backend.privsep.fs
 from tests import fixtures as pb_fixtures

@@ -27,7 +27,7 @@ from nova import test
 from nova.tests import fixtures as nova_fixtures
 from nova.tests.functional.api import client as api_client
 
-from prealloc_backend import modes
+from prealloc_backend.planner import modes
 
 ALLOWED = 'none, metadata, space, full'
 

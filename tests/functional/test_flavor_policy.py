@@ -21,7 +21,7 @@ import os
 
 from oslo_utils import units
 
-from prealloc_backend import modes
+from prealloc_backend.planner import modes
 from tests import fixtures as pb_fixtures
 from tests.functional import base
 

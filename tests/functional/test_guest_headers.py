@@ -36,7 +36,7 @@ from oslo_log import log as logging
 from oslo_utils.imageutils import format_inspector
 from oslo_utils import units
 
-from prealloc_backend import formats
+from prealloc_backend.disk import formats
 from tests.functional import multihost
 from tests.unit import test_formats
 

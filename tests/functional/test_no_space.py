@@ -24,7 +24,7 @@ import re
 
 from oslo_utils import units
 
-from prealloc_backend import fsprobe
+from prealloc_backend.disk import fsprobe
 from tests import fixtures as pb_fixtures
 from tests.functional import base
 

@@ -15,7 +15,7 @@ wherever it comes (issue 36).
 
 Each test starts the real command on a small directory (``--quick``, the
 creation and extents workloads: two workloads, real qemu-img and filefrag
-runs), makes it wait at a named point (prealloc_backend.stopping's test
+runs), makes it wait at a named point (prealloc_backend.system.stopping's test
 hook, ``PREALLOC_TEST_PAUSE_AT``), sends it one signal there and checks
 that it exits within STOP_SECONDS with the INTERRUPTED report, the
 ``interrupted`` key in its JSON and status 1, that Python ignored no
@@ -33,7 +33,7 @@ import uuid
 
 import testscenarios
 
-from prealloc_backend import stopping
+from prealloc_backend.system import stopping
 from tests import base
 from tests import fixtures as pb_fixtures
 

@@ -29,7 +29,7 @@ import time
 from oslo_utils import units
 
 from prealloc_backend import checks
-from prealloc_backend import stopping
+from prealloc_backend.system import stopping
 from tests import base
 from tests import fixtures as pb_fixtures
 

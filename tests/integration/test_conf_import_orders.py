@@ -49,6 +49,7 @@ class TestImportOrders(base.TestCase):
         self.assertEqual('ok', proc.stdout.strip(), proc.stderr)
 
     def test_driver_module_first(self):
-        proc = _run('import prealloc_backend.driver\nimport nova.conf\n' +
+        proc = _run('import prealloc_backend.adapter.driver\n'
+                    'import nova.conf\n' +
                     self.CHECK)
         self.assertEqual('ok', proc.stdout.strip(), proc.stderr)

@@ -25,7 +25,7 @@ class TestWrapper(base.TestCase):
 
     def test_wrapper_registers_driver_for_nova(self):
         code = ('import prealloc_backend.cmd.compute as c\n'
-                'from prealloc_backend import driver\n'
+                'from prealloc_backend.adapter import driver\n'
                 'driver.register()\n'
                 'from oslo_utils import importutils\n'
                 'cls = importutils.import_class('
@@ -57,26 +57,33 @@ class TestRuntimeImports(base.TestCase):
     uses).
     """
 
-    RUNTIME = {'prealloc_backend', 'prealloc_backend.allocate',
-               'prealloc_backend.backend', 'prealloc_backend.conf',
-               'prealloc_backend.driver', 'prealloc_backend.events',
-               'prealloc_backend.exception', 'prealloc_backend.extend',
-               'prealloc_backend.formats', 'prealloc_backend.migrationops',
-               'prealloc_backend.fileops', 'prealloc_backend.fsprobe',
-               'prealloc_backend.guestxml', 'prealloc_backend.journal',
-               'prealloc_backend.modes', 'prealloc_backend.policy',
+    RUNTIME = {'prealloc_backend', 'prealloc_backend.conf',
+               'prealloc_backend.exception',
+               'prealloc_backend.adapter', 'prealloc_backend.adapter.backend',
+               'prealloc_backend.adapter.driver',
+               'prealloc_backend.adapter.events',
+               'prealloc_backend.adapter.guestxml',
+               'prealloc_backend.adapter.migrationops',
+               'prealloc_backend.disk', 'prealloc_backend.disk.allocate',
+               'prealloc_backend.disk.extend', 'prealloc_backend.disk.formats',
+               'prealloc_backend.disk.fsprobe',
+               'prealloc_backend.disk.journal', 'prealloc_backend.disk.qcow2',
+               'prealloc_backend.disk.qemu',
+               'prealloc_backend.planner', 'prealloc_backend.planner.diskplan',
+               'prealloc_backend.planner.modes',
+               'prealloc_backend.planner.qcow2_layout',
                'prealloc_backend.privsep', 'prealloc_backend.privsep.beneath',
-               'prealloc_backend.privsep.fs', 'prealloc_backend.process',
-               'prealloc_backend.qcow2',
-               'prealloc_backend.qemu'}
+               'prealloc_backend.privsep.fs',
+               'prealloc_backend.system', 'prealloc_backend.system.fileops',
+               'prealloc_backend.system.process'}
 
     def test_driver_loads_only_runtime_modules(self):
         out = subprocess.run(
             [sys.executable, '-c',
-             'import sys, prealloc_backend.driver; '
+             'import sys, prealloc_backend.adapter.driver; '
              'print("\\n".join(sorted(m for m in sys.modules '
              'if m.startswith(("prealloc_backend", "matplotlib")))))'],
             check=True, capture_output=True, text=True).stdout.split()
         loaded = set(out)
         self.assertEqual(set(), loaded - self.RUNTIME)
-        self.assertIn('prealloc_backend.backend', loaded)
+        self.assertIn('prealloc_backend.adapter.backend', loaded)

@@ -31,7 +31,7 @@ import threading
 
 from oslo_utils import units
 
-from prealloc_backend import backend
+from prealloc_backend.adapter import backend
 from prealloc_backend import exception
 from tests import base
 from tests import fixtures as pb_fixtures
@@ -45,7 +45,7 @@ CHILD = textwrap.dedent('''
     from nova import objects
     import nova.privsep
 
-    from prealloc_backend import backend
+    from prealloc_backend.adapter import backend
     from prealloc_backend import conf
     import prealloc_backend.privsep
 

@@ -14,7 +14,7 @@
 
 A figure the filesystem cannot hold is not shown, and the report says why
 in a line of its own; the others are still measured. The space a plugin
-disk needs is the plan's (policy.make_plan), so a disk the plan says fits
+disk needs is the plan's (diskplan.make_plan), so a disk the plan says fits
 is measured and one it says does not is skipped.
 """
 

@@ -40,8 +40,8 @@ from oslo_log import log as logging
 from oslo_utils import units
 
 from prealloc_backend import exception
-from prealloc_backend import fileops
 import prealloc_backend.privsep.fs
+from prealloc_backend.system import fileops
 from tests import base
 from tests import fixtures as pb_fixtures
 from tests.fixtures import ENTRYPOINTS

@@ -49,7 +49,7 @@ import time
 from oslo_log import log as logging
 
 import prealloc_backend.privsep.fs
-from prealloc_backend import process
+from prealloc_backend.system import process
 from tests import base
 from tests import fixtures as pb_fixtures
 from tests.privileged import test_privsep_daemon_root

@@ -20,12 +20,12 @@ import subprocess
 
 from oslo_utils import units
 
-from prealloc_backend import backend
+from prealloc_backend.adapter import backend
+from prealloc_backend.adapter import driver
 from prealloc_backend import conf
-from prealloc_backend import driver
 from prealloc_backend import exception
-from prealloc_backend import modes
-from prealloc_backend import policy
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner import modes
 from tests import base
 from tests import fixtures as pb_fixtures
 
@@ -156,9 +156,9 @@ class ContradictionTestCase(base.TestCase):
         self.flags(group=GROUP, mode='metadata', qcow2_cluster_size='64K',
                    qcow2_metadata_cache_max_mb=1)
         self.assertIs(modes.Mode.METADATA, driver.validate_config())
-        fs = policy.FsFacts(True, 'xfs', units.Pi)
-        plan = policy.make_plan(conf.CONF.prealloc_backend, {},
-                                modes.Mode.METADATA, policy.DiskFormat.QCOW2,
+        fs = diskplan.FsFacts(True, 'xfs', units.Pi)
+        plan = diskplan.make_plan(conf.CONF.prealloc_backend, {},
+                                modes.Mode.METADATA, diskplan.DiskFormat.QCOW2,
                                 8 * units.Ti, fs)
         self.assertEqual(64 * units.Ki, plan.cluster_size)
         self.assertIsNone(plan.metadata_cache_bytes)

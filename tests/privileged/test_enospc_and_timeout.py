@@ -31,10 +31,10 @@ import fixtures
 from oslo_log import log as logging
 from oslo_utils import units
 
-from prealloc_backend import allocate
-from prealloc_backend import backend
+from prealloc_backend.adapter import backend
+from prealloc_backend.disk import allocate
+from prealloc_backend.disk import fsprobe
 from prealloc_backend import exception
-from prealloc_backend import fsprobe
 import prealloc_backend.privsep.fs
 from tests import base
 from tests import fixtures as pb_fixtures

@@ -36,10 +36,10 @@ from oslo_utils import units
 import testscenarios
 from testtools import content
 
-from prealloc_backend import backend
-from prealloc_backend import fileops
-from prealloc_backend import fsprobe
+from prealloc_backend.adapter import backend
+from prealloc_backend.disk import fsprobe
 import prealloc_backend.privsep.fs
+from prealloc_backend.system import fileops
 from tests import base
 from tests import fixtures as pb_fixtures
 

@@ -18,8 +18,8 @@ import os
 
 from oslo_utils import units
 
+from prealloc_backend.disk import fsprobe
 from prealloc_backend import exception
-from prealloc_backend import fsprobe
 from tests import base
 from tests import fixtures as pb_fixtures
 

@@ -36,7 +36,7 @@ from oslo_privsep import capabilities
 from oslo_privsep import daemon as privsep_daemon
 from oslo_utils import units
 
-from prealloc_backend import backend
+from prealloc_backend.adapter import backend
 from prealloc_backend import exception
 import prealloc_backend.privsep
 import prealloc_backend.privsep.fs

@@ -54,7 +54,7 @@ from prealloc_backend.checks import owner
 from prealloc_backend.checks import qemu_img
 from prealloc_backend.checks import result
 from prealloc_backend.cmd import bench as cmd_bench
-from prealloc_backend import fsprobe
+from prealloc_backend.disk import fsprobe
 from tests import base
 from tests import fixtures as pb_fixtures
 

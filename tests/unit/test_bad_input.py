@@ -38,12 +38,12 @@ from oslo_log import log as logging
 from oslo_utils import units
 import testscenarios
 
-from prealloc_backend import backend
+from prealloc_backend.adapter import backend
+from prealloc_backend.adapter import driver
 from prealloc_backend import conf
-from prealloc_backend import driver
+from prealloc_backend.disk import qemu
 from prealloc_backend import exception
-from prealloc_backend import modes
-from prealloc_backend import qemu
+from prealloc_backend.planner import modes
 from tests import base
 from tests import fixtures as pb_fixtures
 

@@ -11,15 +11,16 @@
 # under the License.
 
 """The physical block size guests are told (``<blockio>``): the decision
-(policy.physical_block_size) and the guest XML of disks made with real
+(qcow2_layout.physical_block_size) and the guest XML of disks made with real
 qemu-img (backend.libvirt_info). What a guest then does with it is tested
 in tests/functional/real/test_real_512e.py.
 """
 
 from lxml import etree
 
-from prealloc_backend.modes import Mode
-from prealloc_backend import policy
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner.modes import Mode
+from prealloc_backend.planner import qcow2_layout
 from tests import base
 
 
@@ -29,7 +30,7 @@ class Opts:
 
 
 def disk(cluster_k, extended_l2):
-    return policy.ExistingDisk(allocated_bytes=0, virtual_size=1 << 30,
+    return diskplan.ExistingDisk(allocated_bytes=0, virtual_size=1 << 30,
                                cluster_size=cluster_k * 1024,
                                extended_l2=extended_l2)
 
@@ -38,30 +39,30 @@ class TestDecision(base.TestCase):
 
     def test_4k_subclusters_are_advertised(self):
         for mode in (Mode.METADATA, Mode.SPACE, Mode.FULL):
-            self.assertEqual(4096, policy.physical_block_size(
+            self.assertEqual(4096, qcow2_layout.physical_block_size(
                 Opts(), mode, disk(128, True)), mode)
 
     def test_other_layouts_keep_qemus_512(self):
         # 2 KiB and 8 KiB+ subclusters, plain 64K/128K clusters.
         for cluster_k, extended in ((64, True), (256, True), (2048, True),
                                     (64, False), (128, False)):
-            self.assertIsNone(policy.physical_block_size(
+            self.assertIsNone(qcow2_layout.physical_block_size(
                 Opts(), Mode.SPACE, disk(cluster_k, extended)),
                 (cluster_k, extended))
 
     def test_mode_none_is_stock_nova(self):
-        self.assertIsNone(policy.physical_block_size(
+        self.assertIsNone(qcow2_layout.physical_block_size(
             Opts(), Mode.NONE, disk(128, True)))
 
     def test_option_off(self):
-        self.assertIsNone(policy.physical_block_size(
+        self.assertIsNone(qcow2_layout.physical_block_size(
             Opts(advertise=False), Mode.SPACE, disk(128, True)))
 
     def test_unknown_layout(self):
-        self.assertIsNone(policy.physical_block_size(Opts(), Mode.SPACE,
+        self.assertIsNone(qcow2_layout.physical_block_size(Opts(), Mode.SPACE,
                                                      None))
-        self.assertIsNone(policy.physical_block_size(
-            Opts(), Mode.SPACE, policy.ExistingDisk(0, 1 << 30)))
+        self.assertIsNone(qcow2_layout.physical_block_size(
+            Opts(), Mode.SPACE, diskplan.ExistingDisk(0, 1 << 30)))
 
 
 class TestGuestXML(base.BackendTestCase):

@@ -33,8 +33,8 @@ from nova.api.validation.extra_specs import validators as nova_validators
 from oslotest import base
 from sphinx import application
 
+from prealloc_backend.adapter import extra_specs
 from prealloc_backend import conf
-from prealloc_backend import extra_specs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

@@ -28,7 +28,7 @@ import time
 
 from oslo_utils import units
 
-from prealloc_backend import backend
+from prealloc_backend.adapter import backend
 from tests import base
 from tests import fixtures as pb_fixtures
 

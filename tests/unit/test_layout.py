@@ -16,6 +16,7 @@ tests/unit/test_<module>.py, and no test file's name repeats across tiers.
 No exceptions are listed: a new module comes with its mirror.
 """
 
+import ast
 import os
 
 from oslotest import base
@@ -32,25 +33,34 @@ PREFIX = {'bench': 'bench', 'checks': 'check', 'cmd': 'cmd',
 
 
 def has_code(path):
-    """False for an empty __init__.py (or one holding only comments)."""
+    """False for an __init__.py holding only comments and a docstring."""
     with open(path) as f:
-        return any(line.strip() and not line.lstrip().startswith('#')
-                   for line in f)
+        body = ast.parse(f.read()).body
+    return any(not (isinstance(node, ast.Expr) and
+                    isinstance(node.value, ast.Constant))
+               for node in body)
 
 
 def mirror_of(relpath):
-    """tests/unit's file name for a module, from its path in the package
-    (``checks/owner.py`` -> ``test_check_owner.py``).
+    """tests/unit's path for a module, from its path in the package: the
+    same folder, ``test_`` and the module's name, prefixed where the
+    folder's modules share names with other tiers' tests
+    (``checks/owner.py`` -> ``checks/test_check_owner.py``,
+    ``disk/qemu.py`` -> ``disk/test_qemu.py``, ``checks/__init__.py`` ->
+    ``checks/test_checks.py``).
     """
     parts = relpath[:-len('.py')].split(os.sep)
     if len(parts) == 1:
         return 'test_%s.py' % parts[0]
-    if len(parts) == 2 and parts[1] == '__init__':
-        return 'test_%s.py' % parts[0]
-    if len(parts) == 2 and parts[0] in PREFIX:
-        return 'test_%s_%s.py' % (PREFIX[parts[0]], parts[1])
-    raise AssertionError('prealloc_backend/%s: no mirror rule for this '
-                         'place (tests/unit/test_layout.py PREFIX)' % relpath)
+    if len(parts) != 2:
+        raise AssertionError('prealloc_backend/%s: no mirror rule for this '
+                             'place (tests/unit/test_layout.py)' % relpath)
+    folder, name = parts
+    if name == '__init__':
+        return os.path.join(folder, 'test_%s.py' % folder)
+    if folder in PREFIX:
+        return os.path.join(folder, 'test_%s_%s.py' % (PREFIX[folder], name))
+    return os.path.join(folder, 'test_%s.py' % name)
 
 
 def modules():
@@ -81,19 +91,19 @@ def test_files():
 class LayoutTestCase(base.BaseTestCase):
 
     def test_mirror_rule(self):
-        self.assertEqual('test_fileops.py', mirror_of('fileops.py'))
-        self.assertEqual('test_check_owner.py', mirror_of('checks/owner.py'))
-        self.assertEqual('test_bench_engine.py',
-                         mirror_of('bench/engine.py'))
-        self.assertEqual('test_checks.py', mirror_of('checks/__init__.py'))
-        self.assertEqual('test_cmd_check.py', mirror_of('cmd/check.py'))
-        self.assertRaises(AssertionError, mirror_of, 'new/thing.py')
-        self.assertRaises(AssertionError, mirror_of, 'bench/a/b.py')
+        self.assertEqual('test_sizes.py', mirror_of('sizes.py'))
+        self.assertEqual('checks/test_check_owner.py',
+                         mirror_of('checks/owner.py'))
+        self.assertEqual('disk/test_qemu.py', mirror_of('disk/qemu.py'))
+        self.assertEqual('checks/test_checks.py',
+                         mirror_of('checks/__init__.py'))
+        self.assertEqual('cmd/test_cmd_check.py', mirror_of('cmd/check.py'))
+        self.assertRaises(AssertionError, mirror_of, 'disk/a/b.py')
 
     def test_every_module_has_its_mirror(self):
         unit = os.path.join(TOP, 'tests', 'unit')
         found = modules()
-        self.assertIn('fileops.py', found)
+        self.assertIn('system/fileops.py', found)
         missing = ['prealloc_backend/%s -> tests/unit/%s' % (m, mirror_of(m))
                    for m in found
                    if not os.path.exists(os.path.join(unit, mirror_of(m)))]

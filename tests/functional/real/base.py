@@ -49,9 +49,9 @@ from oslo_log import log as logging
 from oslo_utils import units
 import psutil
 
+from prealloc_backend.adapter import driver as pb_driver
 from prealloc_backend.bench import guest as pb_guest
 from prealloc_backend import conf as pb_conf
-from prealloc_backend import driver as pb_driver
 from tests import fixtures as pb_fixtures
 
 try:

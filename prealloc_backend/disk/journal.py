@@ -1,0 +1,185 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The crash journal: a small file beside a disk while it is being made.
+
+Split out of backend.py (one concern per module): the nova adapter begins
+and ends a journal around each cache() call; recover() runs first.
+"""
+
+import json
+import os
+import time
+import uuid
+
+from oslo_log import log as logging
+
+from prealloc_backend.disk import formats
+from prealloc_backend.system import fileops
+
+LOG = logging.getLogger(__name__)
+
+# Beside a disk while the plugin makes or grows it; see Journal.
+JOURNAL_SUFFIX = '.prealloc-journal'
+# A qcow2 overlay is created under this name and renamed when complete.
+TMP_SUFFIX = '.prealloc-tmp'
+# A raw disk converted to qcow2 is written under this name (nova's).
+CONVERT_SUFFIX = '_qcow'
+# The phases of a raw disk's conversion to qcow2 (qcow2.convert_raw):
+# 'converting' is recorded once the new file is complete and flushed,
+# before the rename that publishes it; 'ready' once that rename is on
+# the device, before disk.info is rewritten.
+CONVERTING = 'converting'
+READY = 'ready'
+# This process's mark in a conversion's journal: reconcile() leaves a
+# conversion this same process may still be carrying out (another thread
+# resolving the disk's format meanwhile) to that process. A crash ends the
+# process, so a journal left by a crash always bears another mark.
+PROCESS = uuid.uuid4().hex
+
+
+class Journal:
+    """A small JSON file beside a disk while the plugin makes or grows it.
+
+    It records whether the disk existed before. If nova-compute dies (or the
+    work is killed) before the journal is removed, the next attempt on the
+    same disk finds it: a disk this plugin was *creating* is removed (it may
+    be half-made), a disk that existed before is kept (its data is intact;
+    the allocation is simply done again).
+    """
+
+    def __init__(self, path):
+        self.disk = path
+        self.path = path + JOURNAL_SUFFIX
+
+    def _read(self):
+        """The journal's record (a dict), None when there is none, or
+        False when it is unreadable.
+        """
+        try:
+            with open(self.path) as f:
+                record = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return False
+        return record if isinstance(record, dict) else False
+
+    def reconcile(self):
+        """Finish or roll back a raw disk's conversion to qcow2 that a
+        crash interrupted (qcow2.convert_raw): the disk and disk.info end
+        up agreeing. Called before the disk's format is read from its
+        records (backend.resolve_driver_format) and by recover().
+
+        'converting': the new file was complete and flushed; whether the
+        rename published it is told by the temporary name, never by the
+        disk's header (a guest may have written a qcow2 header into its
+        raw disk): still there, the rename did not happen: it is removed
+        and the disk stays raw. Gone: the disk is the new qcow2 file.
+        'ready': the rename is on the device. Either way disk.info then
+        says qcow2 and the journal is removed. True when it acted.
+        """
+        record = self._read()
+        if (not record or record.get('phase') not in (CONVERTING, READY) or
+                record.get('process') == PROCESS):
+            return False
+        tmp = self.disk + CONVERT_SUFFIX
+        if record['phase'] == CONVERTING and os.path.exists(tmp):
+            LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
+                        'before the new file was published: it stays raw',
+                        {'disk': self.disk})
+            fileops.remove(tmp)
+        else:
+            LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
+                        'after the new file was published: recorded qcow2',
+                        {'disk': self.disk})
+            formats.converted(self.disk, 'qcow2')
+        fileops.remove(self.path + '.part')
+        fileops.remove(self.path)
+        return True
+
+    def recover(self):
+        if self.reconcile():
+            return
+        record = self._read()
+        if (record and record.get('phase') in (CONVERTING, READY) and
+                record.get('process') == PROCESS):
+            # A conversion this process is carrying out (qcow2.convert_raw
+            # hands a failed one over without the mark): its journal is
+            # what makes it recoverable, never removed here.
+            LOG.warning('%(disk)s: its conversion to qcow2 is under way '
+                        'in this process: left to it', {'disk': self.disk})
+            return
+        fileops.remove(self.path + '.part')
+        if not os.path.exists(self.path):
+            fileops.remove(self.disk + TMP_SUFFIX)
+            fileops.remove(self.disk + CONVERT_SUFFIX)
+            return
+        record = self._read()
+        if record is False:
+            # begin() completes (written, fsynced, renamed) before
+            # the work on the disk starts, so an unreadable journal means a
+            # crash inside begin(): whatever disk is there was not made by
+            # this plugin (it may hold a guest's data). Keep it.
+            LOG.warning('Unreadable journal %(journal)s: keeping %(disk)s',
+                        {'journal': self.path, 'disk': self.disk})
+            created = False
+        else:
+            created = bool((record or {}).get('created'))
+        if created and os.path.exists(self.disk):
+            LOG.warning('Removing %(disk)s: its creation was interrupted '
+                        '(journal %(journal)s found); it will be created '
+                        'again', {'disk': self.disk, 'journal': self.path})
+            fileops.remove(self.disk)
+        fileops.remove(self.disk + TMP_SUFFIX)
+        # A conversion's file (nova's, or qcow2.convert_raw's) that a crash
+        # left before its journal said 'converting': never published.
+        fileops.remove(self.disk + CONVERT_SUFFIX)
+        # Last, once the removals above are on the device: a crash before
+        # it finds the journal again and does the same.
+        fileops.remove(self.path)
+
+    def _write(self, record):
+        # Written aside, flushed and renamed, the directory flushed: a
+        # journal is complete or absent, before and after a power cut.
+        record = dict(record, pid=os.getpid(), time=time.time())
+        fileops.write_file(self.path, json.dumps(record), suffix='.part')
+
+    def begin(self, created):
+        self._write({'created': created})
+
+    def phase(self, phase, mine=True):
+        """Record a conversion's phase (CONVERTING, READY): see
+        reconcile(). ``mine=False`` leaves out this process's mark, so
+        that the next reconcile() in this process acts on it too.
+        """
+        record = {'created': False, 'phase': phase}
+        if mine:
+            record['process'] = PROCESS
+        self._write(record)
+
+    def discard(self):
+        """Remove the journal durably, whatever it says."""
+        fileops.remove(self.path + '.part')
+        fileops.remove(self.path)
+
+    def end(self):
+        """The work on the disk is done: the disk is flushed (whatever
+        made or grew it: nova's copy and truncate, qemu-img, the daemon),
+        then the journal removed durably. A journal that came back after
+        a power cut would make the next cache() remove a disk it
+        finished; a journal removed before the disk was flushed would
+        leave a disk a power cut cut short.
+        """
+        if os.path.isfile(self.disk):
+            fileops.sync(self.disk, denied_ok=True)
+        fileops.remove(self.path)

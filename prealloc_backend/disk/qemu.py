@@ -1,0 +1,208 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""qemu-img, run the way nova runs it: LC_ALL=C, prlimit, typed errors.
+
+Every command goes through prealloc_backend.system.process (processutils, ``env
+LC_ALL=C LANG=C``); this module chooses the limits and turns failures into
+QemuImgError and AllocationTimeout.
+
+nova's prlimit (``[libvirt] images_cpu_time_limit`` and
+``images_address_space_limit``) exists to contain qemu-img on untrusted
+image files. The plugin keeps it for every command it runs on such files
+(``info``) and for thin or metadata-only work, but lifts the CPU
+limit where qemu-img writes the data area itself (``falloc`` and ``full``
+preallocation), whose CPU time grows with the disk size (zeroing 100 GiB
+takes minutes of system time). ``[prealloc_backend] allocation_timeout``
+bounds those by wall-clock time instead.
+
+Preallocation values are qcow2_layout.Qcow2Preallocation members, never
+strings.
+"""
+
+import json
+
+from oslo_log import log as logging
+from oslo_utils import units
+
+from prealloc_backend import conf
+from prealloc_backend import exception
+from prealloc_backend.planner import qcow2_layout
+from prealloc_backend.system import process
+
+LOG = logging.getLogger(__name__)
+CONF = conf.CONF
+
+QEMU_IMG = 'qemu-img'
+
+
+def limits(heavy=False):
+    return process.Limits(
+        cpu_time=None if heavy else CONF.libvirt.images_cpu_time_limit,
+        address_space=CONF.libvirt.images_address_space_limit * units.Gi)
+
+
+def execute(*args, heavy=False, timeout=None, path=None):
+    """Run ``qemu-img *args``; return stdout.
+
+    Raises QemuImgError (command, exit code, stderr) when it fails. When
+    ``timeout`` expires qemu-img is killed and AllocationTimeout (naming
+    ``path``, the disk being made) raised, or ProcessTimeout for a command
+    that makes no disk (no ``path``).
+    """
+    try:
+        return process.execute(QEMU_IMG, *args, limits=limits(heavy),
+                               timeout=timeout)
+    except exception.ProcessFailed as exc:
+        if exc.exit_code == -9 and not heavy:
+            reason = 'killed by the prlimit of [libvirt] images_*_limit'
+        else:
+            reason = exc.stderr or '(no error output)'
+        raise exception.QemuImgError(cmd=exc.cmd, exit_code=exc.exit_code,
+                                     stderr=reason)
+    except exception.ProcessTimeout:
+        if path is None:
+            raise
+        raise exception.AllocationTimeout(path=path, timeout=timeout)
+
+
+def _json(cmd_args, out, required):
+    cmd = ' '.join((QEMU_IMG,) + tuple(str(a) for a in cmd_args))
+    try:
+        data = json.loads(out)
+    except ValueError as exc:
+        raise exception.QemuImgOutputError(cmd=cmd, reason='not JSON (%s)'
+                                           % exc, output=out[:200])
+    if not isinstance(data, dict):
+        raise exception.QemuImgOutputError(cmd=cmd, reason='not a JSON '
+                                           'object', output=out[:200])
+    for key, kind in required.items():
+        if not isinstance(data.get(key), kind) or isinstance(data.get(key),
+                                                             bool):
+            raise exception.QemuImgOutputError(
+                cmd=cmd, reason='field %r missing or not %s'
+                                % (key, kind.__name__), output=out[:200])
+        if kind is int and data[key] < 0:
+            raise exception.QemuImgOutputError(
+                cmd=cmd, reason='field %r is negative' % key,
+                output=out[:200])
+    return data
+
+
+def info(path, fmt):
+    """``qemu-img info -f <fmt> --output=json`` of path, checked: a dict with
+    at least virtual-size (int) and format (str). ``fmt`` is required: the
+    format comes from nova's records, never from qemu-img's probe of a
+    header a guest may have written.
+    """
+    if fmt not in ('raw', 'qcow2'):
+        raise exception.QemuImgError(
+            cmd='qemu-img info %s' % path, exit_code=None,
+            stderr='refused: format %r is not raw or qcow2' % (fmt,))
+    args = ['info', '--output=json', '--force-share', '-f', fmt, path]
+    out = execute(*args, path=path)
+    return _json(args, out, {'virtual-size': int, 'format': str})
+
+
+def create_overlay(path, size, backing_file, backing_fmt, layout,
+                   timeout=None):
+    """Create a qcow2 overlay of ``backing_file`` with ``layout`` (a
+    DiskPlan: preallocation, cluster_size, extended_l2).
+    """
+    preallocation = layout.preallocation
+    opts = ['backing_file=%s' % backing_file,
+            'backing_fmt=%s' % backing_fmt,
+            'cluster_size=%d' % layout.cluster_size,
+            'extended_l2=%s' % ('on' if layout.extended_l2 else 'off'),
+            'preallocation=%s' % preallocation.value]
+    for value in (backing_file, backing_fmt):
+        if ',' in value:
+            # qemu-img's option syntax would need ',,' escaping; nova's
+            # image cache never produces such names, refuse rather than
+            # guess.
+            raise exception.AllocationFailed(
+                path=path, reason='backing file option %r contains a comma'
+                                  % value)
+    execute('create', '-f', 'qcow2', '-o', ','.join(opts), path, size,
+            heavy=preallocation.heavy, timeout=timeout, path=path)
+
+
+def check_overlay(path, size, backing_file, layout):
+    """Check that ``qemu-img create`` made the overlay it was asked for:
+    a qcow2 image of ``size`` bytes backed by ``backing_file``, with the
+    layout's extended_l2. Raises QemuImgOutputError otherwise.
+    """
+    data = info(path, 'qcow2')
+    specific = data.get('format-specific', {}).get('data', {})
+    found = (data['format'], data['virtual-size'],
+             data.get('backing-filename'),
+             bool(specific.get('extended-l2', False)))
+    # qemu-img rounds sizes up to whole 512-byte sectors.
+    wanted = ('qcow2', -(-size // 512) * 512, backing_file,
+              layout.extended_l2)
+    if found != wanted:
+        raise exception.QemuImgOutputError(
+            cmd='qemu-img create',
+            reason='it made (format, size, backing file, extended_l2) %r, '
+                   'not %r' % (found, wanted), output=path)
+
+
+def resize(path, fmt, size, preallocation, timeout=None):
+    """Grow ``path`` to ``size`` bytes, preallocating the new area as
+    ``preallocation`` (a qcow2_layout.Qcow2Preallocation) says.
+    """
+    args = ['resize', '-f', fmt]
+    if preallocation is not qcow2_layout.Qcow2Preallocation.OFF:
+        args.append('--preallocation=%s' % preallocation.value)
+    args += [path, size]
+    execute(*args, heavy=preallocation.heavy, timeout=timeout, path=path)
+
+
+# Destination cache modes of ``qemu-img convert`` that honour flushes:
+# qemu-img's own default for convert, 'unsafe', ignores them (the image's
+# tables may never reach the device before the file is published).
+CONVERT_CACHE_MODES = ('none', 'writeback')
+
+
+def convert(src, src_fmt, dst, layout, cache, backing_file=None,
+            backing_fmt=None, timeout=None, path=None):
+    """``qemu-img convert`` of ``src`` (format ``src_fmt``) into a new qcow2
+    file ``dst`` with ``layout`` (a DiskPlan: cluster_size, extended_l2,
+    preallocation): a standalone disk, or with ``backing_file`` (format
+    ``backing_fmt``) an overlay holding only what ``src`` does not read
+    from it (``-B``). ``cache`` is the destination's cache mode (``-t``),
+    required: ``none`` (written past the host's page cache) or
+    ``writeback``, both of which honour flushes; the caller still fsyncs
+    ``dst`` before publishing it (fileops.publish). ``path`` names the disk
+    a timeout fails (default ``dst``).
+    """
+    if cache not in CONVERT_CACHE_MODES:
+        raise exception.QemuImgError(
+            cmd='qemu-img convert %s' % dst, exit_code=None,
+            stderr='refused: cache mode %r is not one of %s'
+                   % (cache, ', '.join(CONVERT_CACHE_MODES)))
+    args = ['convert', '-t', cache]
+    args += ['-f', src_fmt, '-O', 'qcow2']
+    if backing_file is not None:
+        args += ['-B', backing_file, '-F', backing_fmt]
+    args += ['-o', 'cluster_size=%d,extended_l2=%s,preallocation=%s' % (
+        layout.cluster_size, 'on' if layout.extended_l2 else 'off',
+        layout.preallocation.value), src, dst]
+    execute(*args, heavy=True, timeout=timeout, path=path or dst)
+
+
+def compare(first, second, path=None):
+    """``qemu-img compare`` of two qcow2 files: QemuImgError unless a guest
+    reads the same from both (exit 1: they differ).
+    """
+    execute('compare', '-f', 'qcow2', '-F', 'qcow2', first, second,
+            heavy=True, path=path or second)

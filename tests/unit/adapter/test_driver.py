@@ -1,0 +1,211 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The driver: loaded the documented way, nova's signatures kept.
+
+The wrapper nova-compute runs and what importing the driver loads need a
+fresh Python each: tests/integration/test_driver_loading.py.
+"""
+
+import inspect
+import json
+import os
+
+import fixtures
+from nova import exception as nova_exception
+from nova.tests.fixtures import libvirt as fakelibvirt
+from nova.virt import driver as nova_driver
+from nova.virt import fake as fake_virt
+from nova.virt.libvirt import driver as libvirt_driver
+from oslo_utils import units
+
+from prealloc_backend.adapter import backend
+from prealloc_backend.adapter import driver
+from prealloc_backend.disk import formats
+from prealloc_backend import exception
+from tests import base
+
+
+class TestLoading(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        # No hypervisor in the unit tier: nova's fake libvirt module
+        # stands in for libvirt-python (the real-hypervisor tier uses the
+        # real one).
+        self.useFixture(fakelibvirt.LibvirtFixture())
+
+    def test_load_compute_driver_with_documented_config(self):
+        # The documented setup: compute_driver =
+        # prealloc_backend.LibvirtDriver, run by prealloc-nova-compute, which
+        # calls driver.register() first.
+        driver.register()
+        self.flags(compute_driver='prealloc_backend.LibvirtDriver')
+        loaded = nova_driver.load_compute_driver(fake_virt.FakeVirtAPI())
+        self.assertIsInstance(loaded, driver.LibvirtDriver)
+        self.assertIsInstance(loaded, libvirt_driver.LibvirtDriver)
+        self.assertIsInstance(loaded.image_backend, backend.Backend)
+
+    def test_module_path_is_not_loadable_by_nova(self):
+        # Why the wrapper exists: nova prefixes 'nova.virt.'.
+        self.flags(
+            compute_driver='prealloc_backend.adapter.driver.LibvirtDriver')
+        self.assertRaises(SystemExit, nova_driver.load_compute_driver,
+                          fake_virt.FakeVirtAPI())
+
+    def test_contradiction_refused_at_start(self):
+        self.flags(preallocate_images='space')
+        self.flags(qcow2_extended_l2=False, group='prealloc_backend')
+        exc = self.assertRaises(exception.ConflictingOptions,
+                                driver.LibvirtDriver,
+                                fake_virt.FakeVirtAPI())
+        self.assertIn('qcow2_extended_l2', str(exc))
+        self.assertIn('mode = none', str(exc))
+        # The same options are fine where disks are raw.
+        self.flags(images_type='raw', group='libvirt')
+        driver.LibvirtDriver(fake_virt.FakeVirtAPI())
+
+    def test_bad_mode_refused_at_start(self):
+        self.flags_fixture.load_raw_values(group='prealloc_backend',
+                                           mode='quick')
+        self.assertRaises(ValueError, driver.LibvirtDriver,
+                          fake_virt.FakeVirtAPI())
+
+    def _failed_spawn(self, error, vm_state):
+        drv = driver.LibvirtDriver(fake_virt.FakeVirtAPI())
+        instance = self.make_instance()
+        instance.vm_state = vm_state
+        # spawn itself needs a hypervisor; only nova's spawn is
+        # replaced, to raise what the backend raises.
+        self.useFixture(fixtures.MockPatchObject(
+            libvirt_driver.LibvirtDriver, 'spawn', side_effect=error))
+        return instance, lambda: drv.spawn(None, instance, None, [], None,
+                                           {})
+
+    def test_spawn_failure_reschedules_build_with_reason(self):
+        error = exception.InsufficientDiskSpace(
+            path='/i/disk', needed=10, free=1, directory='/i')
+        _instance, spawn = self._failed_spawn(error, 'building')
+        exc = self.assertRaises(nova_exception.ComputeResourcesUnavailable,
+                                spawn)
+        self.assertIn('Not enough space to preallocate: 10 bytes needed, 1 '
+                      'bytes free (disk /i/disk)', exc.format_message())
+
+    def test_invalid_policy_aborts_build(self):
+        error = exception.InvalidFlavorPolicy(
+            value='x', key='hw:prealloc', reason='no such mode')
+        instance, spawn = self._failed_spawn(error, 'building')
+        exc = self.assertRaises(nova_exception.BuildAbortException, spawn)
+        self.assertIn(instance.uuid, exc.format_message())
+
+    def test_spawn_failure_not_building_is_nova_s(self):
+        error = exception.InsufficientDiskSpace(
+            path='/i/disk', needed=10, free=1, directory='/i')
+        _instance, spawn = self._failed_spawn(error, 'active')
+        self.assertRaises(exception.InsufficientDiskSpace, spawn)
+
+
+class TestSignatures(base.TestCase):
+
+    def test_overridden_public_methods_keep_nova_signatures(self):
+        checked = 0
+        for name, method in vars(driver.LibvirtDriver).items():
+            if not callable(method) or (name.startswith('_') and
+                                        name != '__init__'):
+                continue
+            nova_method = getattr(libvirt_driver.LibvirtDriver, name)
+            self.assertEqual(inspect.signature(nova_method),
+                             inspect.signature(method), name)
+            checked += 1
+        self.assertGreaterEqual(checked, 3)
+
+    def test_overridden_private_methods_keep_nova_signatures(self):
+        # nova's own code calls these with its arguments (pre_live_migration
+        # and hard reboot call _create_images_and_backing).
+        for name in ('_create_images_and_backing',):
+            self.assertIn(name, vars(driver.LibvirtDriver))
+            self.assertEqual(
+                inspect.signature(getattr(libvirt_driver.LibvirtDriver,
+                                          name)),
+                inspect.signature(getattr(driver.LibvirtDriver, name)),
+                name)
+
+    def test_image_methods_keep_nova_signatures(self):
+        from nova.virt.libvirt import imagebackend
+        pairs = ((backend.Flat, imagebackend.Flat),
+                 (backend.Qcow2, imagebackend.Qcow2),
+                 (backend.Backend, imagebackend.Backend))
+        for ours, novas in pairs:
+            for name, method in vars(ours).items():
+                if name.startswith('_') and name != '__init__':
+                    continue
+                if not callable(method) or not hasattr(novas, name):
+                    continue
+                self.assertEqual(inspect.signature(getattr(novas, name)),
+                                 inspect.signature(method),
+                                 '%s.%s' % (ours.__name__, name))
+        for name in ('cache', 'libvirt_info'):
+            self.assertEqual(
+                inspect.signature(getattr(imagebackend.Image, name)),
+                inspect.signature(getattr(backend._PreallocImage, name)))
+
+
+class TestFormatRecords(base.TestCase):
+    """finish_migration hands the source's record of each disk's format to
+    the backend; a disk converted on arrival is recorded qcow2.
+    """
+
+    def setUp(self):
+        super().setUp()
+        # nova's fake libvirt module stands in for libvirt-python.
+        self.useFixture(fakelibvirt.LibvirtFixture())
+        self.drv = driver.LibvirtDriver(fake_virt.FakeVirtAPI())
+        self.instance = self.make_instance()
+        self.inst_dir = os.path.join(self.instances_path, self.instance.uuid)
+        os.makedirs(self.inst_dir)
+        self.disk = os.path.join(self.inst_dir, 'disk')
+
+    def test_finish_migration_hands_the_source_formats_on(self):
+        seen = []
+
+        def nova_finish(drv, context, migration, instance, disk_info,
+                        *args, **kwargs):
+            # What the backend's disks see while nova finishes the move.
+            seen.append((formats.migration_format(self.disk),
+                         formats.migration_format(self.disk + '.local')))
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.libvirt.driver.LibvirtDriver.finish_migration',
+            nova_finish))
+        disk_info = json.dumps([
+            {'path': '/elsewhere/%s/disk' % self.instance.uuid,
+             'type': 'raw'},
+            {'path': '/elsewhere/%s/disk.local' % self.instance.uuid,
+             'type': 'qcow2'}])
+        self.drv.finish_migration(None, None, self.instance, disk_info,
+                                  None, None, True, {})
+        self.assertEqual([('raw', 'qcow2')], seen)
+        # Only while it runs.
+        self.assertIsNone(formats.migration_format(self.disk))
+
+    def test_converted_disk_is_recorded_qcow2(self):
+        self.flags(preallocate_images='none')
+        with open(self.disk, 'wb') as f:
+            f.truncate(units.Mi)
+        formats.record_format(self.disk, 'raw')
+        with formats.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+            self.drv._disk_raw_to_qcow2(self.disk)
+            self.assertEqual('qcow2', formats.migration_format(self.disk))
+        with open(os.path.join(self.inst_dir, 'disk.info')) as f:
+            self.assertEqual({self.disk: 'qcow2'}, json.load(f))
+        with open(self.disk, 'rb') as f:
+            self.assertEqual(b'QFI\xfb', f.read(4))

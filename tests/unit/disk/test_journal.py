@@ -1,0 +1,113 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""prealloc_backend/journal.py: the crash journal beside a disk being made
+(recovery through nova's spawns is in test_faults.py).
+"""
+
+import json
+import os
+
+import fixtures
+
+from prealloc_backend.disk import formats
+from prealloc_backend.disk import journal
+from tests import base
+
+
+class JournalTestCase(base.TestCase):
+    """The journal's own contract, on real files."""
+
+    def test_created_disk_removed_existing_kept(self):
+        directory = os.path.join(self.instances_path, 'j')
+        os.mkdir(directory)
+        made = os.path.join(directory, 'made')
+        kept = os.path.join(directory, 'kept')
+        for path, created in ((made, True), (kept, False)):
+            with open(path, 'wb') as f:
+                f.write(b'x' * 4096)
+            journal.Journal(path).begin(created)
+            with open(path + journal.TMP_SUFFIX, 'wb') as f:
+                f.write(b'half')
+        for path in (made, kept):
+            journal.Journal(path).recover()
+            for suffix in (journal.JOURNAL_SUFFIX, journal.TMP_SUFFIX):
+                self.assertFalse(os.path.exists(path + suffix))
+        self.assertFalse(os.path.exists(made))
+        with open(kept, 'rb') as f:
+            self.assertEqual(b'x' * 4096, f.read())
+        with open(os.path.join(directory, 'unused'), 'wb'):
+            pass
+        self.assertEqual(['kept', 'unused'], sorted(os.listdir(directory)))
+
+
+class ReconcileTestCase(base.TestCase):
+    """A raw disk's conversion to qcow2 interrupted at each phase
+    (qcow2.convert_raw; every crash point: tests/crash).
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.dir = os.path.join(self.instances_path, 'r')
+        os.mkdir(self.dir)
+        self.disk = os.path.join(self.dir, 'disk')
+        self.info = os.path.join(self.dir, 'disk.info')
+        with open(self.disk, 'wb') as f:
+            f.write(b'QFI\xfb guest data')
+        formats.record_format(self.disk, 'raw')
+        self.useFixture(fixtures.MockPatchObject(journal, 'PROCESS', 'now'))
+
+    def journal(self, phase, process='crashed'):
+        with open(self.disk + journal.JOURNAL_SUFFIX, 'w') as f:
+            json.dump({'created': False, 'phase': phase,
+                       'process': process}, f)
+
+    def assert_reconciled(self, fmt):
+        self.assertEqual(fmt, formats.disk_info_format(self.info, self.disk))
+        self.assertEqual(['disk', 'disk.info'], sorted(os.listdir(self.dir)))
+
+    def test_converting_with_the_new_file_aside_is_rolled_back(self):
+        # Whatever the disk's header says (its guest wrote a qcow2 magic).
+        self.journal(journal.CONVERTING)
+        with open(self.disk + journal.CONVERT_SUFFIX, 'wb') as f:
+            f.write(b'QFI\xfb new')
+        self.assertTrue(journal.Journal(self.disk).reconcile())
+        self.assert_reconciled('raw')
+
+    def test_converting_once_renamed_is_finished(self):
+        self.journal(journal.CONVERTING)
+        self.assertTrue(journal.Journal(self.disk).reconcile())
+        self.assert_reconciled('qcow2')
+
+    def test_ready_is_finished_by_recover_too(self):
+        self.journal(journal.READY)
+        journal.Journal(self.disk).recover()
+        self.assert_reconciled('qcow2')
+
+    def test_a_conversion_of_this_process_is_left_alone(self):
+        self.journal(journal.READY, process='now')
+        self.assertFalse(journal.Journal(self.disk).reconcile())
+        self.assertEqual('raw', formats.disk_info_format(self.info,
+                                                         self.disk))
+
+    def test_recover_keeps_a_conversion_of_this_process(self):
+        # another thread's cache() while this process converts the disk
+        self.journal(journal.READY, process='now')
+        journal.Journal(self.disk).recover()
+        self.assertTrue(os.path.exists(self.disk + journal.JOURNAL_SUFFIX))
+        self.assertEqual('raw', formats.disk_info_format(self.info,
+                                                         self.disk))
+
+    def test_no_conversion_nothing_done(self):
+        journal.Journal(self.disk).begin(False)
+        self.assertFalse(journal.Journal(self.disk).reconcile())
+        self.assertTrue(os.path.exists(self.disk + journal.JOURNAL_SUFFIX))

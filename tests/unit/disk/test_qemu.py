@@ -1,0 +1,173 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""prealloc_backend.disk.qemu: one wrapper per qemu-img verb, on real files
+with the real qemu-img.
+"""
+
+import os
+import shutil
+import subprocess
+
+import fixtures
+from oslo_utils import units
+
+from prealloc_backend.disk import qemu
+from prealloc_backend import exception
+from prealloc_backend.planner import qcow2_layout
+from tests import base
+from tests import fixtures as pb_fixtures
+
+Prealloc = qcow2_layout.Qcow2Preallocation
+
+
+class _Layout:
+    """The three DiskPlan fields convert and create_overlay read."""
+
+    def __init__(self, cluster_size=64 * units.Ki, extended_l2=True,
+                 preallocation=Prealloc.METADATA):
+        self.cluster_size = cluster_size
+        self.extended_l2 = extended_l2
+        self.preallocation = preallocation
+
+
+class TestInfo(base.TestCase):
+
+    def test_needs_raw_or_qcow2(self):
+        path = os.path.join(self.instances_path, 'disk')
+        open(path, 'wb').close()
+        for fmt in (None, 'vmdk', 'qcow2,raw'):
+            exc = self.assertRaises(exception.QemuImgError, qemu.info, path,
+                                    fmt)
+            self.assertIn(repr(fmt), str(exc))
+
+    def test_reads_with_the_format_given(self):
+        path = os.path.join(self.instances_path, 'disk')
+        with open(path, 'wb') as f:
+            f.truncate(units.Mi)
+        data = qemu.info(path, 'raw')
+        self.assertEqual(('raw', units.Mi),
+                         (data['format'], data['virtual-size']))
+
+
+def recording_qemu_img(test):
+    """A 'qemu-img' first on PATH that records its arguments, one per line,
+    and runs the real one: the command line as qemu-img received it.
+    Returns the file the arguments are written to.
+    """
+    bindir = test.useFixture(fixtures.TempDir()).path
+    log = os.path.join(bindir, 'argv')
+    with open(os.path.join(bindir, 'qemu-img'), 'w') as f:
+        f.write('#!/bin/sh\nprintf "%%s\\n" "$@" > %s\nexec %s "$@"\n'
+                % (log, shutil.which('qemu-img')))
+    os.chmod(os.path.join(bindir, 'qemu-img'), 0o755)
+    test.useFixture(fixtures.EnvironmentVariable(
+        'PATH', bindir + os.pathsep + os.environ['PATH']))
+    return log
+
+
+class TestConvert(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.src = os.path.join(self.instances_path, 'src')
+        pb_fixtures.write_pattern(self.src, 4 * units.Mi, seed=3)
+        self.dst = os.path.join(self.instances_path, 'dst')
+
+    def test_standalone_with_the_layout(self):
+        qemu.convert(self.src, 'raw', self.dst,
+                     _Layout(cluster_size=128 * units.Ki, extended_l2=True,
+                             preallocation=Prealloc.METADATA),
+                     'none')
+        info = pb_fixtures.qemu_img_info(self.dst)
+        self.assertEqual('qcow2', info['format'])
+        self.assertEqual(128 * units.Ki, info['cluster-size'])
+        self.assertTrue(info['format-specific']['data']['extended-l2'])
+        self.assertNotIn('backing-filename', info)
+        self.assertEqual(0, pb_fixtures.qemu_img_compare(self.src,
+                                                         self.dst)[0])
+
+    def test_every_argument_passed_through(self):
+        log = recording_qemu_img(self)
+        qemu.convert(self.src, 'raw', self.dst,
+                     _Layout(cluster_size=128 * units.Ki, extended_l2=False,
+                             preallocation=Prealloc.OFF),
+                     'none')
+        with open(log) as f:
+            argv = f.read().split('\n')[:-1]
+        self.assertEqual(
+            ['convert', '-t', 'none', '-f', 'raw', '-O', 'qcow2', '-o',
+             'cluster_size=131072,extended_l2=off,preallocation=off',
+             self.src, self.dst], argv)
+
+    def test_overlay_of_a_backing_file(self):
+        overlay = os.path.join(self.instances_path, 'overlay')
+        subprocess.run(['qemu-img', 'create', '-f', 'qcow2', '-F', 'raw',
+                        '-b', self.src, overlay], check=True,
+                       capture_output=True)
+        qemu.convert(overlay, 'qcow2', self.dst,
+                     _Layout(extended_l2=False, preallocation=Prealloc.OFF),
+                     'writeback', backing_file=self.src, backing_fmt='raw')
+        info = pb_fixtures.qemu_img_info(self.dst)
+        self.assertEqual(self.src, info['backing-filename'])
+        self.assertFalse(info['format-specific']['data']['extended-l2'])
+        # Nothing of its own: every cluster reads from the backing file.
+        self.assertLess(pb_fixtures.allocated(self.dst), units.Mi)
+
+    def test_failure_is_typed_and_names_the_command(self):
+        exc = self.assertRaises(
+            exception.QemuImgError, qemu.convert,
+            os.path.join(self.instances_path, 'absent'), 'raw', self.dst,
+            _Layout(), 'none')
+        self.assertIn('convert', str(exc))
+        self.assertFalse(os.path.exists(self.dst))
+
+    def test_a_cache_mode_ignoring_flushes_is_refused(self):
+        # qemu-img's default for convert ('unsafe') drops flushes: the
+        # caller must name one that honours them.
+        for cache in ('unsafe', None, 'writethrough,x'):
+            exc = self.assertRaises(
+                exception.QemuImgError, qemu.convert, self.src, 'raw',
+                self.dst, _Layout(), cache)
+            self.assertIn('cache mode', str(exc))
+        self.assertFalse(os.path.exists(self.dst))
+
+
+class TestCompare(base.TestCase):
+
+    def _qcow2(self, name, seed):
+        raw = os.path.join(self.instances_path, name + '.raw')
+        pb_fixtures.write_pattern(raw, units.Mi, seed=seed)
+        path = os.path.join(self.instances_path, name)
+        subprocess.run(['qemu-img', 'convert', '-f', 'raw', '-O', 'qcow2',
+                        raw, path], check=True, capture_output=True)
+        return path
+
+    def test_same_content_passes(self):
+        qemu.compare(self._qcow2('a', 1), self._qcow2('b', 1))
+
+    def test_different_content_raises(self):
+        first, second = self._qcow2('a', 1), self._qcow2('b', 2)
+        exc = self.assertRaises(exception.QemuImgError, qemu.compare,
+                                first, second)
+        self.assertEqual(1, exc.kwargs['exit_code'])
+
+
+class TestCreateOverlay(base.TestCase):
+
+    def test_comma_in_backing_refused(self):
+        path = os.path.join(self.instances_path, 'disk')
+        exc = self.assertRaises(
+            exception.AllocationFailed, qemu.create_overlay, path,
+            units.Mi, '/x,y', 'raw', _Layout())
+        self.assertIn("'/x,y'", str(exc))
+        self.assertFalse(os.path.exists(path))
