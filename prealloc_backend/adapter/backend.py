@@ -30,16 +30,16 @@ reboot, resize and migration targets). The subclasses here:
 
 LVM, RBD and ploop keep nova's classes and behaviour.
 
-This module is the adapter only: nova calls in, the disk's mode is
-decided once per operation (``prealloc_mode``: the flavor read there), one
-DiskPlan is made for the work (``_plan``: the filesystem probed unless the
-mode is none, free space checked there, once, before the work) and kept on
-the image (``plan``); executors carry it out: allocate.py (the blocks of a
-raw file, holes dug), qcow2.py (overlays, growth, re-layout), extend.py
-(nova's raw growth and guest-filesystem resize), journal.py (the crash
-journal), qemu.py (qemu-img). ``libvirt_info`` makes the plan of the disk
-as it is (``diskplan.disk_as_is``) and reads the guest XML's settings from
-it.
+This module is the adapter only: each nova call (``cache()``,
+``libvirt_info``) gets one operation.DiskOperation (``op``), which reads
+the disk's facts once, decides its mode once (the flavor read there) and
+makes the plan of the work (free space checked there, once, before the
+work); the methods below hand that operation's data to the executors in
+nova's order: allocate.py (the blocks of a raw file, holes dug), qcow2.py
+(overlays, growth, re-layout), extend.py (nova's raw growth and
+guest-filesystem resize), journal.py (the crash journal), qemu.py
+(qemu-img). ``libvirt_info`` makes the plan of the disk as it is
+(``diskplan.disk_as_is``) and reads the guest XML's settings from it.
 
 A disk's format comes from nova's records, never from its header alone:
 formats.py reads the records and checks a qcow2 disk before qemu-img runs
@@ -51,18 +51,17 @@ import os
 import threading
 
 from nova.compute import task_states
-from nova import exception as nova_exception
 from nova import utils as nova_utils
 from nova.virt.libvirt import imagebackend
 from oslo_log import log as logging
 from oslo_utils import fileutils
 
 from prealloc_backend.adapter import guestxml
+from prealloc_backend.adapter import operation
 from prealloc_backend import conf
 from prealloc_backend.disk import allocate
 from prealloc_backend.disk import extend
 from prealloc_backend.disk import formats
-from prealloc_backend.disk import fsprobe
 from prealloc_backend.disk import journal
 from prealloc_backend.disk import qcow2
 from prealloc_backend import exception
@@ -81,63 +80,6 @@ NOT_DISKS = ('kernel', 'ramdisk')
 
 _not_applied_lock = threading.Lock()
 _not_applied_logged = set()
-
-
-def _extra_specs(instance):
-    """The instance's flavor extra specs; {} when there is no instance.
-
-    NOTE(nova): read only when the caller loaded the flavor
-    (``obj_attr_is_set``): reading ``instance.flavor`` otherwise makes
-    nova lazy-load it from the database, which fails with
-    OrphanedObjectError on an instance without a context. Every nova path
-    that creates or grows a disk (spawn, rebuild, unshelve, resize,
-    migration, hard reboot, rescue) passes an instance with its flavor.
-    """
-    if instance is None:
-        return {}
-    try:
-        if not instance.obj_attr_is_set('flavor'):
-            return {}
-        return dict(instance.flavor.extra_specs or {})
-    except (AttributeError, NotImplementedError,
-            nova_exception.ObjectActionError):
-        return {}
-
-
-def _disk_mode(extra_specs):
-    """The mode of a disk of a flavor with ``extra_specs`` on this host."""
-    return modes.disk_mode(extra_specs, modes.host_mode(CONF))
-
-
-def _make_plan(extra_specs, path, fmt, virtual_size, existing=None,
-               backing=True, directory=None, mode=None):
-    """(DiskPlan, filesystem facts or None) of a disk at ``path``: the one
-    place the backend asks diskplan.make_plan, probing the filesystem of
-    ``directory`` (default: the disk's) unless the mode (``mode``, already
-    decided, or decided here) is none.
-    """
-    if mode is None:
-        mode = _disk_mode(extra_specs)
-    fs = None
-    if mode is not modes.Mode.NONE:
-        fs = fsprobe.facts(directory or os.path.dirname(path))
-    plan = diskplan.make_plan(CONF.prealloc_backend, extra_specs, mode, fmt,
-                            virtual_size, fs, backing=backing,
-                            existing=existing, path=path)
-    return plan, fs
-
-
-def plan_new_disk(instance, path, fmt, virtual_size, backing=True,
-                  directory=None):
-    """The DiskPlan of a new disk this host would make at ``path`` (what
-    cache() plans for it), without making it and without raising for
-    space: ``fits`` and ``to_allocate`` say. For the checks a migration's
-    destination makes before anything moves; ``directory`` names the
-    filesystem to probe while the disk's own directory does not exist yet.
-    """
-    plan, _fs = _make_plan(_extra_specs(instance), path, fmt, virtual_size,
-                           backing=backing, directory=directory)
-    return plan
 
 
 def _flushed(fetch_func):
@@ -166,88 +108,68 @@ class _PreallocImage:
     guest XML.
     """
 
-    # The DiskPlan of this disk's current operation, once made (see
-    # _plan, libvirt_info).
-    plan = None
+    # The operation.DiskOperation of this disk's current nova call (see
+    # cache(), libvirt_info).
+    op = None
+    # True while cache() runs: its steps share its operation.
+    _in_cache = False
 
     def _init_prealloc(self, instance):
         # Records its arguments only, as nova's constructors do: the
         # flavor is read and the plan made when a disk is created or
         # grown (see cache()), never here.
         self._prealloc_instance = instance
-        self._new_operation()
+        self.op = None
         self._new_disk = False
         # nova's Image.cache() runs 'fallocate -n' on every sized call when
         # this is set: never on our disks, which we allocate ourselves.
         self.preallocate = False
 
     def _new_operation(self, extra_specs=None):
-        """Forget the flavor, mode and plan of a previous operation."""
-        self._extra = extra_specs
-        self._mode = None
-        self.plan = None
+        """The DiskOperation of a new nova call for this disk: the
+        flavor's extra specs (``extra_specs``, or the instance's) read
+        once, the mode decided once.
+        """
+        if extra_specs is None:
+            extra_specs = operation.flavor_extra_specs(
+                self._prealloc_instance)
+        self.op = operation.DiskOperation(
+            self.path, extra_specs, made_as=self.MADE_AS,
+            disk_info_path=self.disk_info_path,
+            migration=operation.MIGRATIONS.of_path(self.path),
+            instance=self._prealloc_instance)
+        return self.op
+
+    def _operation(self):
+        """The operation of the nova call under way: cache()'s, whose
+        steps (create_image, resize_image, the allocation) share it, or a
+        new one for a method nova calls on its own.
+        """
+        if not self._in_cache or self.op is None:
+            self._new_operation()
+        return self.op
+
+    @property
+    def plan(self):
+        """The DiskPlan of this disk's current operation, once made."""
+        return self.op.plan if self.op is not None else None
 
     @property
     def prealloc_mode(self):
         """The mode of this disk's current operation, decided once."""
-        if self._mode is None:
-            self._mode = _disk_mode(self._extra_specs())
-        return self._mode
-
-    def _extra_specs(self):
-        if self._extra is None:
-            self._extra = _extra_specs(self._prealloc_instance)
-        return self._extra
+        if self.op is None:
+            self._new_operation()
+        return self.op.mode
 
     @property
     def _opts(self):
         return CONF.prealloc_backend
-
-    def _plan(self, fmt, virtual_size, existing=None, backing=True):
-        """The disk plan of this operation's work (the flavor read and the
-        mode decided once per cache() call), kept as ``self.plan``; probes
-        the filesystem unless the mode is none. Raises
-        InsufficientDiskSpace when the work does not fit: the one check of
-        free space before the work.
-        """
-        plan, fs = _make_plan(self._extra_specs(), self.path, fmt,
-                              virtual_size, existing=existing,
-                              backing=backing, mode=self.prealloc_mode)
-        self.plan = plan
-        if plan.warning:
-            LOG.warning('%(path)s: %(warning)s',
-                        {'path': self.path, 'warning': plan.warning})
-        if not plan.fits:
-            raise exception.InsufficientDiskSpace(
-                path=self.path, needed=plan.to_allocate,
-                free=fs.free_bytes, directory=os.path.dirname(self.path))
-        return plan
-
-    def _existing(self):
-        """The ExistingDisk of this raw file as it is now."""
-        st = os.stat(self.path)
-        return diskplan.ExistingDisk(allocated_bytes=st.st_blocks * 512,
-                                   virtual_size=st.st_size)
 
     # The format of the disks this backend makes (its record of a disk
     # nova's disk.info and the migration do not name).
     MADE_AS = None
     # True while cache() makes this disk (see _get_driver_format).
     _new_disk = False
-
-    def _disk_format(self):
-        """formats.disk_format of this existing disk (raises when it is
-        refused).
-        """
-        return formats.disk_format(self.path, self.disk_info_path,
-                                   self.MADE_AS)
-
-    def _existing_format(self):
-        """formats.existing_format of this disk (None: refused, left as it
-        is, logged).
-        """
-        return formats.existing_format(self.path, self.disk_info_path,
-                                       self.MADE_AS)
 
     def resolve_driver_format(self):
         # NOTE(nova): nova reads disk.info first and only asks
@@ -259,13 +181,24 @@ class _PreallocImage:
         # A raw disk's conversion to qcow2 that a crash interrupted is
         # finished or rolled back first: the records then say what the
         # file is (journal.Journal.reconcile).
+        migration = operation.MIGRATIONS.of_path(self.path)
         if self.path:
-            _Journal(self.path).reconcile()
-        fmt = (formats.migration_record(self.path) if self.disk_info_path
-               else None)
+            self._reconciled(_Journal(self.path).reconcile(), migration)
+        fmt = None
+        if self.disk_info_path and migration is not None:
+            fmt = formats.migration_record(self.path,
+                                           migration.format_of(self.path))
         if fmt:
             return fmt
         return super().resolve_driver_format()
+
+    def _reconciled(self, fmt, migration):
+        """A crash's conversion to qcow2 was finished (``fmt`` 'qcow2') by
+        the journal's recovery: a migration being finished here records it
+        too.
+        """
+        if fmt == 'qcow2' and migration is not None:
+            migration.converted(self.path, fmt)
 
     def _get_driver_format(self):
         """A disk disk.info does not list: never its header's word.
@@ -287,9 +220,18 @@ class _PreallocImage:
     def cache(self, fetch_func, filename, size=None, safe=False, *args,
               **kwargs):
         fileutils.ensure_tree(os.path.dirname(self.path))
-        self._new_operation()  # the flavor read once for this operation
+        op = self._new_operation()  # the flavor read once for this call
         journal = _Journal(self.path)
-        journal.recover()
+        self._reconciled(journal.recover(), op.migration)
+        self._in_cache = True
+        try:
+            self._cache(journal, fetch_func, filename, size, safe, *args,
+                        **kwargs)
+        finally:
+            self._in_cache = False
+
+    def _cache(self, journal, fetch_func, filename, size, safe, *args,
+               **kwargs):
         created = not self.exists()
         if created:
             self._check_space_for_new_disk(size)
@@ -349,36 +291,37 @@ class _PreallocImage:
         """Hook: allocate the blocks of the disk as it now is."""
 
     def _allocate_file(self, created):
-        """Allocate the holes of the file as it is now, as the plan says
-        (allocate.py). A disk that existed before is planned as such: never
-        failed for space, left thin.
+        """Allocate the holes of the file as it is now, as the operation's
+        plan says (operation.allocate_raw). A disk that existed before is
+        planned as such: never failed for space, left thin. A qcow2 disk
+        this operation just grew (or re-laid out and grew) is filled by its
+        growth plan, which counted the holes (an existing disk's st_blocks;
+        a re-laid out disk is planned whole).
         """
-        existing = (None if created else
-                    self._existing())
+        op = self.op
+        plan = op.plan
+        if plan is not None and plan.fmt is diskplan.DiskFormat.QCOW2:
+            op.allocate_raw(plan)
+            return
+        existing = None if created else op.raw_existing()
         size = os.stat(self.path).st_size
-
-        def replan():
-            return self._plan(diskplan.DiskFormat.RAW, size, existing=existing)
-
-        plan = self.plan
         if (plan is None or plan.fmt is not diskplan.DiskFormat.RAW or
                 plan.existing or existing is not None or
                 plan.virtual_size != size):
             # Not the plan this operation checked before the work (made
             # for another size, or an existing disk): planned now.
-            plan = replan()
-        allocate.allocate_file(
-            self.path, plan, replan, self._opts,
-            check_cancelled=lambda: allocate.check_not_deleted(
-                self._prealloc_instance, self.path))
+            plan = op.make_plan(diskplan.DiskFormat.RAW, size,
+                                existing=existing)
+        op.allocate_raw(plan)
 
     def _grow(self, size):
         """Grow the disk to ``size`` in its recorded format (raw or qcow2,
         see _disk_format), preallocating as planned; then the guest
         filesystem where nova would resize it.
         """
+        op = self._operation()
         try:
-            fmt = self._disk_format()
+            fmt = op.disk_format()
         except (exception.UnsafeDiskHeader,
                 exception.DiskFormatMismatch):
             # nova's cache() asks every existing disk to grow to its
@@ -386,7 +329,7 @@ class _PreallocImage:
             # left as it is (logged), never failing the instance's start;
             # growing a refused disk is refused.
             if formats.virtual_size_unchecked(self.path) >= size:
-                self._existing_format()
+                op.existing_format()
                 return
             raise
         if fmt is diskplan.DiskFormat.RAW:
@@ -396,26 +339,33 @@ class _PreallocImage:
             extend.resize_qcow2_fs(self.path)
 
     def _grow_qcow2(self, size):
-        """Grow a qcow2 file (checked by _disk_format) to ``size``,
-        preallocating the new area.
+        """Grow a qcow2 file (checked by the operation's disk_format) to
+        ``size``, preallocating the new area: one plan, for the disk at
+        its new size.
         """
-        existing, info = qcow2.existing(self.path)
+        op = self.op
+        existing = op.qcow2_existing()
         if size <= existing.virtual_size:
             return False
-        if (info.get('backing-filename') and not existing.extended_l2 and
-                self.prealloc_mode is not modes.Mode.NONE and
-                self._opts.qcow2_extended_l2):
-            self._relayout_overlay(existing.virtual_size)
-            existing, info = qcow2.existing(self.path)
-        plan = self._plan(diskplan.DiskFormat.QCOW2, size, existing=existing,
-                          backing=bool(info.get('backing-filename')))
+        backing = op.checked_qcow2().backing
+        if (backing and not existing.extended_l2 and
+                op.mode.preallocates and self._opts.qcow2_extended_l2):
+            # Rewritten first with the plan's layout, then grown by the
+            # same plan: planned as a new disk of its new size.
+            plan = op.make_plan(diskplan.DiskFormat.QCOW2, size)
+            self._relayout_overlay(plan)
+            op.disk_changed()
+        else:
+            plan = op.make_plan(diskplan.DiskFormat.QCOW2, size,
+                                existing=existing, backing=bool(backing))
         qcow2.grow(self.path, existing.virtual_size, plan,
                    timeout=self._opts.allocation_timeout)
+        op.disk_changed()
         return True
 
-    def _relayout_overlay(self, virtual_size):
+    def _relayout_overlay(self, plan):
         """Rewrite an overlay without extended_l2 (stock nova's, or the
-        plugin's mode none) with this mode's layout, before it grows
+        plugin's mode none) with ``plan``'s layout, before it grows
         (qcow2.relayout_overlay).
 
         QEMU cannot preallocate an overlay with a backing file without
@@ -423,11 +373,11 @@ class _PreallocImage:
         asking for metadata, space or full would stay thin. Only while
         nova grows a disk (resize, spawn), never under a running guest.
         """
-        plan = self._plan(diskplan.DiskFormat.QCOW2, virtual_size)
-        # The backing file as check_qcow2_disk resolved and checked it,
-        # never as read from the header again.
-        backing, backing_fmt = formats.check_qcow2_disk(self.path)
-        qcow2.relayout_overlay(self.path, backing, backing_fmt, plan,
+        # The backing file as the operation's check resolved and checked
+        # it, never as read from the header again.
+        checked = self.op.checked_qcow2()
+        qcow2.relayout_overlay(self.path, checked.backing,
+                               checked.backing_fmt, plan,
                                timeout=self._opts.allocation_timeout)
 
     def libvirt_info(self, cache_mode, extra_specs, boot_order=None,
@@ -459,20 +409,19 @@ class _PreallocImage:
         is read (``qemu-img info -f qcow2``), and only where it can give a
         ``<metadata_cache>`` or a ``<blockio>``.
         """
-        self._new_operation(extra_specs or {})
+        op = self._new_operation(extra_specs or {})
         fmt = (diskplan.DiskFormat.QCOW2 if self.driver_format == 'qcow2'
                else diskplan.DiskFormat.RAW)
         existing = None
-        if (diskplan.layout_shown(self._opts, self.prealloc_mode, fmt) and
+        if (diskplan.layout_shown(self._opts, op.mode, fmt) and
                 os.path.exists(self.path)):
             try:
                 existing, _info = qcow2.existing(self.path)
             except exception.PreallocError as exc:
                 LOG.warning('No <metadata_cache> or <blockio> for %(path)s: '
                             '%(err)s', {'path': self.path, 'err': exc})
-        self.plan = diskplan.disk_as_is(self._opts, self.prealloc_mode, fmt,
-                                      existing)
-        return self.plan
+        op.plan = diskplan.disk_as_is(self._opts, op.mode, fmt, existing)
+        return op.plan
 
 
 class Flat(_PreallocImage, imagebackend.Flat):
@@ -493,7 +442,7 @@ class Flat(_PreallocImage, imagebackend.Flat):
         if not size or not self._is_instance_disk():
             return
         # Worst case: every byte of the disk ends up allocated.
-        self._plan(diskplan.DiskFormat.RAW, size)
+        self.op.make_plan(diskplan.DiskFormat.RAW, size)
 
     def resize_image(self, size):
         # NOTE(nova): right after nova's copy of the base, driver_format still
@@ -531,13 +480,14 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
 
     def create_image(self, prepare_template, base, size, safe=False, *args,
                      **kwargs):
+        self._operation()
         if self.exists():
             # An existing disk (a migration's, a hard reboot's) whose base
             # this host may not have yet: fetched first, as nova does, so
             # that an overlay's backing file exists when it is checked.
             if not os.path.exists(base):
                 prepare_template(target=base, *args, **kwargs)
-            fmt = self._existing_format()
+            fmt = self.op.existing_format()
             if fmt is None:
                 return None
             if fmt is diskplan.DiskFormat.RAW:
@@ -560,7 +510,7 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
         imagebackend._update_utime_ignore_eacces(base)
         self.verify_base_size(base, size)
         virtual_size = max(size or 0, base_info.virtual_size)
-        plan = self._plan(diskplan.DiskFormat.QCOW2, virtual_size)
+        plan = self.op.make_plan(diskplan.DiskFormat.QCOW2, virtual_size)
 
         @nova_utils.synchronized(self._get_lock_name(base), external=True,
                                  lock_path=self.lock_path)
@@ -574,7 +524,7 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
     def _allocate_existing(self, created):
         if not self.exists() or created:
             return
-        fmt = self._existing_format()
+        fmt = self.op.existing_format()
         if fmt is None:
             return
         if fmt is diskplan.DiskFormat.RAW:

@@ -46,8 +46,8 @@ from oslo_serialization import jsonutils
 from prealloc_backend.adapter import backend
 from prealloc_backend.adapter import events
 from prealloc_backend.adapter import migrationops
+from prealloc_backend.adapter import operation
 from prealloc_backend import conf
-from prealloc_backend.disk import formats
 from prealloc_backend import exception
 from prealloc_backend.planner import modes
 
@@ -131,14 +131,18 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
 
     def _disk_raw_to_qcow2(self, path):
         # NOTE(nova): nova calls this static method from finish_migration
-        # without the instance, right after _create_image (below) in the same
-        # thread; it would convert thin, where this host's plan applies.
-        instance = events.instance_for(path)
+        # without the instance (finish_migration below registered it, with
+        # the source's record of each disk's format); it would convert
+        # thin, where this host's plan applies.
+        migration = operation.MIGRATIONS.of_path(path)
+        instance = migration.instance if migration is not None else None
         if not migrationops.convert_raw_disk(instance, path):
             migrationops.convert_raw_disk_thin(path)
         # NOTE(nova): nova leaves disk.info saying 'raw' for the converted disk
-        # (it never rewrites an entry): the record now says what it is.
-        formats.converted(path, 'qcow2')
+        # (it never rewrites an entry): qcow2.convert_raw recorded it
+        # qcow2 there, and the migration's record now says so too.
+        if migration is not None:
+            migration.converted(path, 'qcow2')
 
     def finish_migration(
         self,
@@ -158,12 +162,12 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         # disks, each with the format its domain XML gave QEMU ('type'): the
         # record of each disk's format while the move is finished here, over
         # disk.info (which the move may have lost or left stale) and never a
-        # header the guest wrote (formats.migration_formats).
+        # header the guest wrote (operation.Migration).
         formats_by_name = {}
         for info in jsonutils.loads(disk_info or '[]'):
             if info.get('path') and info.get('type'):
                 formats_by_name[os.path.basename(info['path'])] = info['type']
-        with formats.migration_formats(instance.uuid, formats_by_name):
+        with operation.MIGRATIONS.finishing(instance, formats_by_name):
             return super().finish_migration(
                 context, migration, instance, disk_info, network_info,
                 image_meta, resize_instance, allocations,
@@ -177,7 +181,6 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         # of this host, so that the user sees where disks were made and, when
         # they could not be, why (the event's details), even when nova then
         # reschedules the build and its own events read 'Success'.
-        events.remember(instance)
         with events.DiskEvent(context, instance):
             return super()._create_image(context, instance, disk_mapping,
                                          *args, **kwargs)

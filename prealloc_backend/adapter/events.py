@@ -15,16 +15,10 @@
 of each host that made (or failed to make) an instance's disks, the
 fault's reason, and the outcome of a build whose disks could not be made.
 
-Also the instance whose disks this thread is making (``remember``): nova
-calls ``_disk_raw_to_qcow2``, a static method, without the instance, right
-after ``_create_image`` in the same thread of finish_migration.
-
 compute-hyperv keeps no module like this one (its driver records no
 events of its own); one module per concern is its shape, which this
 follows.
 """
-
-import threading
 
 from nova.compute import vm_states
 from nova import exception as nova_exception
@@ -40,26 +34,6 @@ CONF = conf.CONF
 # The instance-action event of the plugin's disk work (`openstack server
 # event show`): one per host that made (or failed to make) the disks.
 DISK_EVENT = 'compute_prealloc_disks'
-
-# The instance whose disks this thread made last (see remember).
-_current = threading.local()
-
-
-def remember(instance):
-    """``instance`` is the one whose disks this thread is making: what
-    ``instance_for`` answers until the next call in this thread.
-    """
-    _current.instance = instance
-
-
-def instance_for(path):
-    """The instance this thread remembered, when ``path`` is one of its
-    disks (its uuid in the path); else None.
-    """
-    instance = getattr(_current, 'instance', None)
-    if instance is not None and instance.uuid not in path:
-        return None
-    return instance
 
 
 def short_reason(exc):

@@ -15,7 +15,7 @@
 evacuation, the disks a block live migration makes, the conversion of a
 raw disk that arrived on a qcow2 host.
 
-Each check uses the plan that makes the disk (``backend.plan_new_disk``),
+Each check uses the plan that makes the disk (``operation.plan_new_disk``),
 so what is refused is what would not fit. A refusal is the exception nova
 turns into keeping the instance where it was: MigrationPreCheckError for a
 live migration, ComputeResourcesUnavailable for an evacuation.
@@ -40,6 +40,7 @@ from oslo_utils import units
 
 from prealloc_backend.adapter import backend
 from prealloc_backend.adapter import events
+from prealloc_backend.adapter import operation
 from prealloc_backend import conf
 from prealloc_backend.disk import fsprobe
 from prealloc_backend.disk import qcow2
@@ -92,7 +93,7 @@ def flavor_disks(context, instance, instance_dir):
 
 def check_room(image_backend, instance, disks, directory):
     """Refuse a live migration whose new disks do not all fit here by
-    this host's plans (``backend.plan_new_disk``: the same plan that
+    this host's plans (``operation.plan_new_disk``: the same plan that
     makes each disk): MigrationPreCheckError naming the figures.
     ``disks``: (path, DiskFormat, virtual size, has a backing file);
     ``image_backend``: the driver's (nothing is checked for LVM, RBD,
@@ -102,9 +103,10 @@ def check_room(image_backend, instance, disks, directory):
             backend.Flat, backend.Qcow2)):
         return
     try:
-        plans = [backend.plan_new_disk(instance, path, fmt, size,
-                                       backing=has_backing,
-                                       directory=directory)
+        extra_specs = operation.flavor_extra_specs(instance)
+        plans = [operation.plan_new_disk(extra_specs, path, fmt, size,
+                                         backing=has_backing,
+                                         directory=directory)
                  for path, fmt, size, has_backing in disks]
         free = fsprobe.free_bytes(directory)
     except exception.PreallocError as exc:
@@ -321,8 +323,9 @@ def convert_raw_disk(instance, path):
     its _create_image already ran, so the destination's policy would never
     apply.
     """
-    plan = backend.plan_new_disk(instance, path, diskplan.DiskFormat.QCOW2,
-                                 os.stat(path).st_size, backing=False)
+    plan = operation.plan_new_disk(operation.flavor_extra_specs(instance),
+                                   path, diskplan.DiskFormat.QCOW2,
+                                   os.stat(path).st_size, backing=False)
     if plan.stock:
         return False
     if not plan.fits:

@@ -144,10 +144,8 @@ class Host:
         Raises what make_plan raises (FallocateUnsupported when the options
         make every such spawn fail).
         """
-        extra_specs = {}
-        if mode is not None:
-            extra_specs[modes.FLAVOR_MODE_KEY] = mode.value
-        return diskplan.make_plan(self.conf.prealloc_backend, extra_specs,
-                                self.mode, fmt or self.disk_format, size,
-                                self.fs_facts(),
-                                path=self.filesystem()['instances_path'])
+        return diskplan.make_plan(self.conf.prealloc_backend, {},
+                                  mode or self.mode,
+                                  fmt or self.disk_format, size,
+                                  self.fs_facts(),
+                                  path=self.filesystem()['instances_path'])

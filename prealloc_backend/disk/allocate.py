@@ -12,13 +12,15 @@
 
 """The allocation executor: the blocks of a raw file, as a DiskPlan says.
 
-``allocate_file`` carries out a plan's ``raw_action`` on a file as it is
-now, holes only: one privileged fallocate(2) of the whole file, or a
-zero-fill in calls of ``ZERO_FILL_CALL_BYTES`` with progress logged, the
-wall-clock ``allocation_timeout`` and the instance's deletion checked
-between calls. Where fallocate(2) turns out unsupported, the filesystem is
-recorded as such and the caller's plan is made again (``replan``): the
-decision stays in diskplan.make_plan.
+The two ways a plan's ``raw_action`` allocates a file as it is now, holes
+only: ``fallocate_file``, one privileged fallocate(2) of the whole file,
+and ``zero_fill``, calls of ``ZERO_FILL_CALL_BYTES`` with progress logged
+and the wall-clock ``allocation_timeout`` checked between them; it yields
+to its caller every ``progress_interval``, where the disk operation
+checks that the instance is not being deleted. Where fallocate(2) turns
+out unsupported, the filesystem is recorded as such (fsprobe) and
+``fallocate_file`` says so: the operation plans again (the decision stays
+in diskplan.make_plan).
 
 ``dig_holes`` does the opposite for a metadata-mode disk that arrived
 fully written: holes where whole blocks read as zeros.
@@ -34,15 +36,11 @@ import errno
 import os
 import time
 
-from nova.compute import task_states
-from nova import exception as nova_exception
-from nova import objects
 from oslo_log import log as logging
 from oslo_utils import units
 
 from prealloc_backend.disk import fsprobe
 from prealloc_backend import exception
-from prealloc_backend.planner import diskplan
 import prealloc_backend.privsep.fs
 from prealloc_backend.system import fileops
 from prealloc_backend.system import process
@@ -76,37 +74,25 @@ def _privileged(func, *args):
         return func(*args)
 
 
-def allocate_file(path, plan, replan, opts, check_cancelled=None):
-    """Allocate every block of the file at ``path`` as it is now (holes
-    only), as ``plan.raw_action`` says.
-
-    ``replan()`` returns the plan again once fallocate(2) proved
-    unsupported (recorded with fsprobe first); ``opts`` is
-    ``CONF.prealloc_backend``; ``check_cancelled()`` raises
-    AllocationCancelled to stop a zero-fill.
+def fallocate_file(path):
+    """fallocate(2) every hole of the file at ``path`` as it is now, as a
+    plan's FALLOCATE says. False when the filesystem has no fallocate(2)
+    (recorded with fsprobe for the next plan); True when it is allocated.
 
     Free space is not checked here: the plan checked it before the work
-    (plan.fits, backend), and the daemon checks it again under its lock
-    before each fallocate(2) or write, as its own defence
+    (plan.fits, the disk operation), and the daemon checks it again under
+    its lock before each fallocate(2) or write, as its own defence
     (AllocationOutOfSpace).
     """
-    if plan.raw_action in (None, diskplan.RawAction.NOTHING):
-        return
     st = os.stat(path)
     size = st.st_size
     # st_blocks, not SEEK_HOLE: blocks reserved by fallocate are
     # unwritten extents that SEEK_HOLE may report as holes, and a disk
     # allocated long ago must not fail a hard reboot on a full host.
     unallocated = max(0, size - st.st_blocks * 512)
-    if not unallocated and plan.raw_action is diskplan.RawAction.FALLOCATE:
-        return
-    if plan.raw_action is diskplan.RawAction.FALLOCATE:
-        if _fallocate(path, size, unallocated):
-            return
-        if replan().raw_action is not diskplan.RawAction.ZERO_FILL:
-            return
-    zero_fill(path, size, opts.allocation_timeout, opts.progress_interval,
-              check_cancelled)
+    if not unallocated:
+        return True
+    return _fallocate(path, size, unallocated)
 
 
 def _fallocate(path, size, unallocated):
@@ -130,13 +116,15 @@ def _fallocate(path, size, unallocated):
     return True
 
 
-def zero_fill(path, size, timeout, interval, check_cancelled=None):
+def zero_fill(path, size, timeout, interval):
     """Write zeros into the holes of the first ``size`` bytes of ``path``,
-    ``ZERO_FILL_CALL_BYTES`` per privileged call.
+    ``ZERO_FILL_CALL_BYTES`` per privileged call: a generator, which
+    yields the bytes done so far with the progress log every ``interval``
+    seconds (the caller may stop there by raising) and ends when the file
+    is filled.
 
     Raises AllocationTimeout once ``timeout`` seconds (0: none) have
-    passed, and whatever ``check_cancelled()`` raises, checked with the
-    progress log every ``interval`` seconds.
+    passed.
     """
     started = last_log = time.monotonic()
     written = 0
@@ -153,8 +141,6 @@ def zero_fill(path, size, timeout, interval, check_cancelled=None):
             raise exception.AllocationTimeout(path=path, timeout=timeout)
         if now - last_log >= interval:
             last_log = now
-            if check_cancelled is not None:
-                check_cancelled()
             done = offset + length
             LOG.info('Zero-filling %(path)s: %(done)d of %(total)d MiB '
                      '(%(pct)d%%), %(rate).0f MiB/s',
@@ -162,30 +148,10 @@ def zero_fill(path, size, timeout, interval, check_cancelled=None):
                       'total': size // units.Mi,
                       'pct': 100 * done // size,
                       'rate': written / units.Mi / (now - started)})
+            yield done
     LOG.info('Zero-filled %(path)s: %(written)d bytes written in '
              '%(secs).1f s', {'path': path, 'written': written,
                               'secs': time.monotonic() - started})
-
-
-def check_not_deleted(instance, path):
-    """Raise AllocationCancelled when ``instance`` is being deleted.
-
-    Zero-filling a large disk takes minutes; a user deleting the server
-    meanwhile should not wait for it, nor leave the disk behind. Nothing
-    is checked for an instance without a context (no database to ask).
-    """
-    context = getattr(instance, '_context', None)
-    if instance is None or context is None:
-        return
-    try:
-        current = objects.Instance.get_by_uuid(context, instance.uuid,
-                                               expected_attrs=[])
-    except nova_exception.InstanceNotFound:
-        raise exception.AllocationCancelled(
-            path=path, reason='the instance was deleted')
-    if current.task_state == task_states.DELETING or current.deleted:
-        raise exception.AllocationCancelled(
-            path=path, reason='the instance is being deleted')
 
 
 def dig_holes(path):

@@ -16,24 +16,28 @@ image pass before qemu-img runs on them.
 
 A disk's format comes from nova's records, never from its header alone (a
 guest writes the first bytes of a raw disk): the source host's domain XML
-during a migration (``migration_formats``), else nova's disk.info, else
-the backend that made the disk (``recorded_format``). The header (its
+during a migration (the caller passes it: ``migration_format``), else
+nova's disk.info, else the backend that made the disk
+(``recorded_format``). The header (its
 first HEADER_PREFIX bytes, whatever it says) is read (format_inspector, no
 qemu-img) only to refuse a disk whose header and record disagree
 (``disk_format``), never when the record says raw; a qcow2 disk is
 checked (``check_qcow2_disk``) before any qemu-img command other than
 ``info -f qcow2`` runs on it.
 
-Not in backend.py, which adapts nova's image classes and only hands each
-call on (a thin driver, as compute-hyperv's nova/driver.py is): the image
-classes call these functions with their path, their disk.info and the
-format their backend makes.
+The disk operation (adapter/operation.py) calls these functions with its
+disk's path, its disk.info, the format its backend makes and the record of
+a migration being finished; nothing is kept here between calls.
+
+The qcow2 checks keep their own ``qemu-img info`` reading (qemu.info, a
+dict checked field by field) rather than oslo.utils' QemuImgInfo: they need
+``format-specific`` fields (data-file, extended-l2) and a refusal of a
+malformed answer that QemuImgInfo, which takes any JSON, does not give.
 """
 
-import contextlib
+import collections
 import json
 import os
-import threading
 
 from nova import exception as nova_exception
 from nova import utils as nova_utils
@@ -64,49 +68,13 @@ BACKING_FORMATS = ('raw', 'qcow2')
 # VHDX's region table, ends at 256 KiB).
 HEADER_PREFIX = units.Mi
 
-# The formats the source host's domain XML gave the disks of the instance
-# whose migration this thread is finishing (see migration_formats).
-_migration = threading.local()
 
-
-@contextlib.contextmanager
-def migration_formats(instance_uuid, formats):
-    """While the block runs in this thread, ``formats`` ({disk file name:
-    format}) is the record of the disks of ``instance_uuid``: what the
-    source host's domain XML said (finish_migration's disk_info), the
-    format QEMU opened each disk with there. It wins over disk.info, which
-    a move can leave stale or lose.
+class Checked(collections.namedtuple('Checked',
+                                     'backing backing_fmt info')):
+    """A qcow2 disk that passed check_qcow2_disk: its backing file's
+    absolute name and format (None, None without one) and the ``qemu-img
+    info -f qcow2`` read for the check.
     """
-    previous = getattr(_migration, 'record', None)
-    _migration.record = (instance_uuid, dict(formats))
-    try:
-        yield
-    finally:
-        _migration.record = previous
-
-
-def migration_format(path):
-    """The format the migration being finished in this thread records for
-    ``path``, or None.
-    """
-    record = getattr(_migration, 'record', None)
-    if not record:
-        return None
-    uuid, formats = record
-    if os.path.basename(os.path.dirname(path)) != uuid:
-        return None
-    return formats.get(os.path.basename(path))
-
-
-def converted(path, fmt):
-    """nova converted the disk at ``path`` to ``fmt`` while a migration is
-    finished here: the record says so from now on (disk.info, and the
-    migration's record for the rest of the move).
-    """
-    record = getattr(_migration, 'record', None)
-    if record and os.path.basename(os.path.dirname(path)) == record[0]:
-        record[1][os.path.basename(path)] = fmt
-    record_format(path, fmt)
 
 
 def header_format(path):
@@ -195,8 +163,8 @@ def check_qcow2_disk(path):
     nor a data-file of its own. Only ``qemu-img info -f`` runs, after
     format_inspector found no data-file.
 
-    Returns (the backing file's absolute name or None, its format or
-    None).
+    Returns a Checked: the backing file's absolute name and format (None
+    without one) and the disk's ``qemu-img info``.
     """
     _no_data_file(path, path, 'the disk')
     info = qemu.info(path, 'qcow2')
@@ -205,7 +173,7 @@ def check_qcow2_disk(path):
         _refuse(path, 'it has data-file %r' % specific['data-file'])
     named = info.get('backing-filename')
     if not named:
-        return None, None
+        return Checked(None, None, info)
     for name in (named, info.get('full-backing-filename') or ''):
         # NOTE(qemu): qemu reads a name with a ':' before its first '/' as a
         # protocol (http:, nbd:, ssh:, json:{...}), not a file: the host
@@ -241,7 +209,7 @@ def check_qcow2_disk(path):
                 'data-file'):
             _refuse(path, 'backing file %s has a backing file or data-file '
                           'of its own' % backing)
-    return backing, backing_fmt
+    return Checked(backing, backing_fmt, info)
 
 
 def record_format(path, fmt):
@@ -284,13 +252,13 @@ def disk_info_format(disk_info_path, path):
         return None
 
 
-def recorded_format(path, disk_info_path, made_as):
+def recorded_format(path, disk_info_path, made_as, migration_format=None):
     """(format, where it is recorded) of the disk at ``path`` by nova's
-    records: the source host's domain XML while a migration is finished
-    here, nova's disk.info, else ``made_as``, the format of the backend
-    that made it.
+    records: ``migration_format``, the source host's domain XML while a
+    migration is finished here, else nova's disk.info, else ``made_as``,
+    the format of the backend that made it.
     """
-    fmt = migration_format(path)
+    fmt = migration_format
     if fmt:
         return fmt, 'the source host\'s domain XML'
     fmt = disk_info_format(disk_info_path, path)
@@ -299,52 +267,45 @@ def recorded_format(path, disk_info_path, made_as):
     return made_as, 'the %s backend that made it' % made_as
 
 
-def disk_format(path, disk_info_path, made_as):
-    """The DiskFormat of the existing disk at ``path`` by its record;
-    refused when the header disagrees (DiskFormatMismatch) and, for qcow2,
-    unless check_qcow2_disk passes.
+def disk_format(path, disk_info_path, made_as, migration_format=None):
+    """The DiskFormat of the existing disk at ``path``: checked_format's
+    first answer.
+    """
+    return checked_format(path, disk_info_path, made_as,
+                          migration_format)[0]
+
+
+def checked_format(path, disk_info_path, made_as, migration_format=None):
+    """(DiskFormat, Checked or None) of the existing disk at ``path`` by
+    its record (recorded_format); refused when the header disagrees
+    (DiskFormatMismatch) and, for qcow2, unless check_qcow2_disk passes
+    (its Checked is returned).
 
     A disk recorded raw is raw whatever its first bytes say: they are its
     guest's data (nova's Flat, since CVE-2026-24708, runs qemu-img on it
     with ``-f raw`` too).
     """
-    recorded, source = recorded_format(path, disk_info_path, made_as)
+    recorded, source = recorded_format(path, disk_info_path, made_as,
+                                       migration_format)
     if recorded not in FORMATS:
         raise nova_exception.InvalidDiskFormat(disk_format=recorded)
     if recorded == 'raw':
         # Not even read: whatever the first bytes say is data.
-        return diskplan.DiskFormat.RAW
+        return diskplan.DiskFormat.RAW, None
     header = header_format(path)
     if header != recorded:
         raise exception.DiskFormatMismatch(
             path=path, recorded=recorded, source=source, header=header)
-    check_qcow2_disk(path)
-    return diskplan.DiskFormat.QCOW2
+    return diskplan.DiskFormat.QCOW2, check_qcow2_disk(path)
 
 
-def existing_format(path, disk_info_path, made_as):
-    """disk_format of a disk that already holds a guest's data (a hard
-    reboot, a migration's arrival), or None where it is refused: the
-    refusal is logged, the plugin runs nothing more on the disk (it is
-    left as it is, not allocated), and the instance's start is never
-    failed for it. Growing or converting it still raises.
+def migration_record(path, fmt):
+    """``fmt``, the format the migration being finished here records for
+    the existing disk at ``path``, written to disk.info; None when there is
+    no such record (``fmt`` None). Refused (DiskFormatMismatch) when it
+    says other than raw and the header disagrees; a disk it records raw is
+    not read.
     """
-    try:
-        return disk_format(path, disk_info_path, made_as)
-    except (exception.UnsafeDiskHeader,
-            exception.DiskFormatMismatch) as exc:
-        LOG.warning('%(path)s left as it is, not allocated: %(err)s',
-                    {'path': path, 'err': exc.format_message()})
-        return None
-
-
-def migration_record(path):
-    """The format the migration being finished here records for the
-    existing disk at ``path``, written to disk.info; None when there is no
-    such record. Refused (DiskFormatMismatch) when it says other than raw
-    and the header disagrees; a disk it records raw is not read.
-    """
-    fmt = migration_format(path)
     if not fmt or not os.path.exists(path):
         return None
     if fmt != 'raw':

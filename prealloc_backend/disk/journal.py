@@ -86,13 +86,16 @@ class Journal:
         raw disk): still there, the rename did not happen: it is removed
         and the disk stays raw. Gone: the disk is the new qcow2 file.
         'ready': the rename is on the device. Either way disk.info then
-        says qcow2 and the journal is removed. True when it acted.
+        says qcow2 and the journal is removed. Returns the format the disk
+        has once it acted ('raw' rolled back, 'qcow2' finished), None when
+        there was nothing to do: the caller updates a migration's record.
         """
         record = self._read()
         if (not record or record.get('phase') not in (CONVERTING, READY) or
                 record.get('process') == PROCESS):
-            return False
+            return None
         tmp = self.disk + CONVERT_SUFFIX
+        fmt = 'raw'
         if record['phase'] == CONVERTING and os.path.exists(tmp):
             LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
                         'before the new file was published: it stays raw',
@@ -102,10 +105,11 @@ class Journal:
             LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
                         'after the new file was published: recorded qcow2',
                         {'disk': self.disk})
-            formats.converted(self.disk, 'qcow2')
+            formats.record_format(self.disk, 'qcow2')
+            fmt = 'qcow2'
         fileops.remove(self.path + '.part')
         fileops.remove(self.path)
-        return True
+        return fmt
 
     def recover(self):
         if self.reconcile():

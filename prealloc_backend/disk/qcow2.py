@@ -68,14 +68,22 @@ def _drop_zeros(path, plan):
 
 def existing(path):
     """(ExistingDisk, qemu-img info) of the qcow2 disk at ``path``."""
-    st = os.stat(path)
     info = qemu.info(path, 'qcow2')
+    return existing_from(path, info), info
+
+
+def existing_from(path, info):
+    """The ExistingDisk of the qcow2 disk at ``path`` whose ``qemu-img
+    info`` is ``info`` (read for its check: formats.check_qcow2_disk), its
+    allocation as it is now.
+    """
+    st = os.stat(path)
     data = info.get('format-specific', {}).get('data', {})
     return diskplan.ExistingDisk(
         allocated_bytes=st.st_blocks * 512,
         virtual_size=info['virtual-size'],
         cluster_size=info.get('cluster-size'),
-        extended_l2=bool(data.get('extended-l2', False))), info
+        extended_l2=bool(data.get('extended-l2', False)))
 
 
 def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
@@ -206,7 +214,7 @@ def convert_raw(path, plan, timeout=None):
     try:
         fileops.publish(tmp, path)
         record.phase(journal.READY)
-        formats.converted(path, 'qcow2')
+        formats.record_format(path, 'qcow2')
         record.end()
     except BaseException:
         # Published or not, the journal (whose phase and the temporary

@@ -28,7 +28,6 @@ import dataclasses
 import enum
 
 from prealloc_backend import exception
-from prealloc_backend.planner import modes
 from prealloc_backend.planner.modes import Mode
 from prealloc_backend.planner import qcow2_layout
 from prealloc_backend.planner.qcow2_layout import Qcow2Preallocation
@@ -214,12 +213,14 @@ def _qcow2_preallocation(mode, opts, fs, path, backing, extended_l2):
     return preallocation, warning
 
 
-def make_plan(opts, extra_specs, host_mode, fmt, virtual_size, fs,
+def make_plan(opts, extra_specs, mode, fmt, virtual_size, fs,
               backing=True, existing=None, path='the disk'):
     """The plan for one disk.
 
     ``opts`` is ``CONF.prealloc_backend``, ``extra_specs`` the flavor's dict
-    (or None), ``host_mode`` a Mode, ``fmt`` a DiskFormat, ``fs`` the
+    (or None; its ``prealloc:cluster_size`` is read here), ``mode`` the
+    disk's Mode as the caller decided it once (modes.disk_mode: the
+    flavor's ``prealloc:mode`` or the host's), ``fmt`` a DiskFormat, ``fs`` the
     FsFacts of the disk's filesystem (may be None when the disk's mode is
     none: nothing is probed then), ``backing`` whether a qcow2 disk has a
     backing file, ``existing`` an ExistingDisk for a disk already there,
@@ -232,7 +233,7 @@ def make_plan(opts, extra_specs, host_mode, fmt, virtual_size, fs,
     fit is planned thin, with a warning (it is never failed for space).
     """
     fmt = DiskFormat(fmt)
-    mode = modes.disk_mode(extra_specs, host_mode)
+    mode = Mode(mode)
     if mode is Mode.NONE:
         return _none_plan(fmt, virtual_size, existing)
     if fs is None:

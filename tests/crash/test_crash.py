@@ -80,14 +80,6 @@ def _qcow2_plan(size, prealloc, extended_l2=True):
         needed_bytes=0, metadata_cache_bytes=None, warning=None)
 
 
-def _raw_plan(size, action):
-    return diskplan.DiskPlan(
-        mode=modes.Mode.SPACE, fmt=diskplan.DiskFormat.RAW, virtual_size=size,
-        raw_action=action, preallocation=None, cluster_size=None,
-        extended_l2=None, needed_bytes=size, metadata_cache_bytes=None,
-        warning=None)
-
-
 class CrashTestCase(base.TestCase):
 
     def setUp(self):
@@ -304,7 +296,6 @@ class CrashTestCase(base.TestCase):
             self.useFixture(pb_fixtures.fixtures.MockPatch(
                 'prealloc_backend.privsep.fs.' + name,
                 getattr(self, '_' + name)))
-        plan = _raw_plan(SIZE, action)
         opts = conf.CONF.prealloc_backend
         ref = os.path.join(self.scratch, 'base-sized')
         shutil.copyfile(self.base, ref)
@@ -321,7 +312,13 @@ class CrashTestCase(base.TestCase):
             os.fsync(fd)
             os.close(fd)
             os.truncate(self.disk, SIZE)
-            allocate.allocate_file(self.disk, plan, lambda: plan, opts)
+            if action is diskplan.RawAction.FALLOCATE:
+                self.assertTrue(allocate.fallocate_file(self.disk))
+            elif action is diskplan.RawAction.ZERO_FILL:
+                for _done in allocate.zero_fill(
+                        self.disk, SIZE, opts.allocation_timeout,
+                        opts.progress_interval):
+                    pass
             record.end()
 
         def check(final):
@@ -383,10 +380,10 @@ class CrashTestCase(base.TestCase):
                    'disk.info': b'{"%s": "raw"}\n' % self.disk.encode()}
 
         def operation():
+            # driver._disk_raw_to_qcow2's work on the disk (it also
+            # updates the migration's record in memory, nothing on disk)
             qcow2.convert_raw(self.disk,
                               _qcow2_plan(SIZE, PA.METADATA))
-            # driver._disk_raw_to_qcow2, after it
-            formats.converted(self.disk, 'qcow2')
 
         def check(final):
             fmt = self.recorded()

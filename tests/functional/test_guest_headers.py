@@ -38,7 +38,7 @@ from oslo_utils import units
 
 from prealloc_backend.disk import formats
 from tests.functional import multihost
-from tests.unit import test_formats
+from tests.unit.disk import test_formats
 
 LOG = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from oslo_utils import uuidutils
 import testscenarios
 
 from prealloc_backend.adapter import backend
+from prealloc_backend.adapter import operation
 from prealloc_backend.disk import allocate
 from prealloc_backend.disk import formats
 from prealloc_backend.disk import journal
@@ -496,7 +497,7 @@ class TestFormatAwareGrowth(base.BackendTestCase):
         # The record finish_migration holds: the source's domain XML said
         # raw (nova's Qcow2 constructor wrote 'qcow2' in disk.info for the
         # disk before it existed).
-        with formats.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+        with operation.MIGRATIONS.finishing(self.instance, {'disk': 'raw'}):
             img.resize_image(base.DISK)
         info = pb_fixtures.qemu_img_info(img.path)
         self.assertEqual('raw', info['format'])
@@ -587,7 +588,7 @@ class TestFormatFromRecords(base.BackendTestCase):
         img, _written = self._raw_disk('qcow2', data_file=data_file)
         with open(data_file, 'wb') as f:
             f.write(self.SECRET)
-        with formats.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+        with operation.MIGRATIONS.finishing(self.instance, {'disk': 'raw'}):
             img.resize_image(base.DISK)
         self.assertEqual(base.DISK, os.path.getsize(img.path))
         with open(data_file, 'rb') as f:
@@ -611,7 +612,7 @@ class TestFormatFromRecords(base.BackendTestCase):
     def test_migration_record_beats_stale_disk_info(self):
         img, _written = self._raw_disk(backing=self.secret)
         formats.record_format(img.path, 'qcow2')  # stale or forged
-        with formats.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+        with operation.MIGRATIONS.finishing(self.instance, {'disk': 'raw'}):
             flat = backend.Backend(False).by_name(
                 self.instance, 'disk', 'raw', disk_info_mapping=base.MAPPING)
             self.assertEqual('raw', flat.driver_format)
@@ -622,8 +623,7 @@ class TestFormatFromRecords(base.BackendTestCase):
         img, _written = self._raw_disk()
         with open(img.path, 'r+b') as f:
             f.write(b'\0' * 512)
-        with formats.migration_formats(self.instance.uuid,
-                                       {'disk': 'qcow2'}):
+        with operation.MIGRATIONS.finishing(self.instance, {'disk': 'qcow2'}):
             exc = self.assertRaises(
                 exception.DiskFormatMismatch, backend.Backend(False).by_name,
                 self.instance, 'disk', 'raw', disk_info_mapping=base.MAPPING)

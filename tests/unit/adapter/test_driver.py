@@ -30,9 +30,16 @@ from oslo_utils import units
 
 from prealloc_backend.adapter import backend
 from prealloc_backend.adapter import driver
+from prealloc_backend.adapter import operation
 from prealloc_backend.disk import formats
 from prealloc_backend import exception
 from tests import base
+
+
+def migration_format(path):
+    """The format the migration being finished records for ``path``."""
+    migration = operation.MIGRATIONS.of_path(path)
+    return migration.format_of(path) if migration is not None else None
 
 
 class TestLoading(base.TestCase):
@@ -180,8 +187,8 @@ class TestFormatRecords(base.TestCase):
         def nova_finish(drv, context, migration, instance, disk_info,
                         *args, **kwargs):
             # What the backend's disks see while nova finishes the move.
-            seen.append((formats.migration_format(self.disk),
-                         formats.migration_format(self.disk + '.local')))
+            seen.append((migration_format(self.disk),
+                         migration_format(self.disk + '.local')))
 
         self.useFixture(fixtures.MonkeyPatch(
             'nova.virt.libvirt.driver.LibvirtDriver.finish_migration',
@@ -195,16 +202,16 @@ class TestFormatRecords(base.TestCase):
                                   None, None, True, {})
         self.assertEqual([('raw', 'qcow2')], seen)
         # Only while it runs.
-        self.assertIsNone(formats.migration_format(self.disk))
+        self.assertIsNone(migration_format(self.disk))
 
     def test_converted_disk_is_recorded_qcow2(self):
         self.flags(preallocate_images='none')
         with open(self.disk, 'wb') as f:
             f.truncate(units.Mi)
         formats.record_format(self.disk, 'raw')
-        with formats.migration_formats(self.instance.uuid, {'disk': 'raw'}):
+        with operation.MIGRATIONS.finishing(self.instance, {'disk': 'raw'}):
             self.drv._disk_raw_to_qcow2(self.disk)
-            self.assertEqual('qcow2', formats.migration_format(self.disk))
+            self.assertEqual('qcow2', migration_format(self.disk))
         with open(os.path.join(self.inst_dir, 'disk.info')) as f:
             self.assertEqual({self.disk: 'qcow2'}, json.load(f))
         with open(self.disk, 'rb') as f:

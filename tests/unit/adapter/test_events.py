@@ -20,7 +20,6 @@ replaced by an in-memory list (what the functional tier checks through
 nova's API: tests/functional).
 """
 
-import threading
 
 import fixtures
 from nova.compute import vm_states
@@ -134,21 +133,3 @@ class TestReasons(base.TestCase):
         exc = exception.AllocationFailed(path='/i/disk', reason='EIO')
         _instance, failure = self._failure_of(exc, vm_states.ACTIVE)
         self.assertIs(exc, failure)
-
-
-class TestRemember(base.TestCase):
-
-    def test_only_its_disks_only_this_thread(self):
-        instance = self.make_instance()
-        events.remember(instance)
-        self.addCleanup(events.remember, None)
-        self.assertIs(instance,
-                      events.instance_for('/x/%s/disk' % instance.uuid))
-        self.assertIsNone(events.instance_for('/x/other/disk'))
-        seen = []
-        thread = threading.Thread(
-            target=lambda: seen.append(events.instance_for(
-                '/x/%s/disk' % instance.uuid)))
-        thread.start()
-        thread.join()
-        self.assertEqual([None], seen)

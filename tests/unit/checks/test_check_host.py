@@ -112,8 +112,7 @@ class HostTestCase(base.CheckTestCase):
         flavor = host.plan(units.Gi, mode=modes.Mode.NONE,
                            fmt=diskplan.DiskFormat.RAW)
         self.assertEqual(diskplan.make_plan(
-            host.conf.prealloc_backend,
-            {modes.FLAVOR_MODE_KEY: 'none'}, modes.Mode.SPACE,
+            host.conf.prealloc_backend, {}, modes.Mode.NONE,
             diskplan.DiskFormat.RAW, units.Gi, host.fs_facts(),
             path=self.instances), flavor)
 

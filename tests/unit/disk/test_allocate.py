@@ -22,17 +22,9 @@ import fixtures
 from oslo_utils import units
 
 from prealloc_backend.disk import allocate
-from prealloc_backend.planner import diskplan
+from prealloc_backend import exception
 from tests import base
 from tests import fixtures as pb_fixtures
-
-
-def _raw_plan(action, size):
-    return diskplan.DiskPlan(
-        mode=diskplan.Mode.SPACE, fmt=diskplan.DiskFormat.RAW,
-        virtual_size=size, raw_action=action, preallocation=None,
-        cluster_size=None, extended_l2=None, needed_bytes=size,
-        metadata_cache_bytes=None, warning=None, to_allocate=size)
 
 
 class TestAllocateFile(base.TestCase):
@@ -43,25 +35,32 @@ class TestAllocateFile(base.TestCase):
         with open(self.disk, 'wb') as f:
             f.truncate(8 * units.Mi)
 
-    def _allocate(self, action):
-        plan = _raw_plan(action, 8 * units.Mi)
-        allocate.allocate_file(self.disk, plan, lambda: plan,
-                               base.CONF.prealloc_backend)
-
-    def test_nothing_leaves_the_holes(self):
-        self._allocate(diskplan.RawAction.NOTHING)
-        self.assertEqual(0, pb_fixtures.allocated(self.disk))
-
     def test_fallocate_reserves_every_block(self):
-        self._allocate(diskplan.RawAction.FALLOCATE)
+        self.assertTrue(allocate.fallocate_file(self.disk))
         self.assertGreaterEqual(pb_fixtures.allocated(self.disk),
                                 8 * units.Mi)
 
-    def test_zero_fill_writes_every_block(self):
-        self._allocate(diskplan.RawAction.ZERO_FILL)
+    def test_fallocate_of_an_allocated_file_calls_nothing(self):
+        self.assertTrue(allocate.fallocate_file(self.disk))
+        calls = self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.privsep.fs.fallocate_range')).mock
+        self.assertTrue(allocate.fallocate_file(self.disk))
+        calls.assert_not_called()
+
+    def test_zero_fill_writes_every_block_and_yields(self):
+        done = list(allocate.zero_fill(self.disk, 8 * units.Mi, 0, 0))
         self.assertGreaterEqual(pb_fixtures.allocated(self.disk),
                                 8 * units.Mi)
         self.assertEqual(0, pb_fixtures.hole_bytes(self.disk))
+        # interval 0: a yield after every call, with the bytes done.
+        self.assertEqual(8 * units.Mi, done[-1])
+
+    def test_zero_fill_stops_where_its_caller_raises(self):
+        fill = allocate.zero_fill(self.disk, 8 * units.Mi, 0, 0)
+        next(fill)
+        self.assertRaises(exception.AllocationCancelled, fill.throw,
+                          exception.AllocationCancelled(path=self.disk,
+                                                        reason='deleted'))
 
 
 class TestDigHoles(base.TestCase):

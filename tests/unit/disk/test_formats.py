@@ -128,33 +128,16 @@ class FormatsTestCase(base.TestCase):
 
 class TestMigrationRecord(FormatsTestCase):
 
-    def test_only_this_instance_and_only_while_it_runs(self):
-        other = os.path.join(self.instances_path, 'other-uuid', 'disk')
-        with formats.migration_formats(self.uuid, {'disk': 'qcow2'}):
-            self.assertEqual('qcow2', formats.migration_format(self.disk))
-            self.assertIsNone(formats.migration_format(other))
-            self.assertIsNone(formats.migration_format(self.disk + '.x'))
-        self.assertIsNone(formats.migration_format(self.disk))
-
-    def test_converted_updates_both_records(self):
-        with formats.migration_formats(self.uuid, {'disk': 'raw'}):
-            formats.converted(self.disk, 'qcow2')
-            self.assertEqual('qcow2', formats.migration_format(self.disk))
-        with open(self.disk_info) as f:
-            self.assertEqual({self.disk: 'qcow2'}, json.load(f))
-
     def test_migration_record_written_to_disk_info(self):
         self.raw(self.disk, b'QFI\xfb')  # a guest's bytes: raw wins
-        with formats.migration_formats(self.uuid, {'disk': 'raw'}):
-            self.assertEqual('raw', formats.migration_record(self.disk))
+        self.assertEqual('raw', formats.migration_record(self.disk, 'raw'))
         self.assertEqual('raw', formats.disk_info_format(self.disk_info,
                                                          self.disk))
 
     def test_migration_record_qcow2_with_raw_header_refused(self):
         self.raw(self.disk)
-        with formats.migration_formats(self.uuid, {'disk': 'qcow2'}):
-            exc = self.assertRaises(exception.DiskFormatMismatch,
-                                    formats.migration_record, self.disk)
+        exc = self.assertRaises(exception.DiskFormatMismatch,
+                                formats.migration_record, self.disk, 'qcow2')
         self.assertIn('domain XML', str(exc))
         self.assertIsNone(formats.disk_info_format(self.disk_info,
                                                    self.disk))
@@ -185,10 +168,10 @@ class TestRecords(FormatsTestCase):
         self.assertEqual(('qcow2', self.disk_info),
                          formats.recorded_format(self.disk, self.disk_info,
                                                  'raw'))
-        with formats.migration_formats(self.uuid, {'disk': 'raw'}):
-            self.assertEqual(('raw', 'the source host\'s domain XML'),
-                             formats.recorded_format(self.disk,
-                                                     self.disk_info, 'raw'))
+        self.assertEqual(('raw', 'the source host\'s domain XML'),
+                         formats.recorded_format(self.disk, self.disk_info,
+                                                 'raw',
+                                                 migration_format='raw'))
 
 
 class TestDiskFormat(FormatsTestCase):
@@ -213,13 +196,6 @@ class TestDiskFormat(FormatsTestCase):
                           formats.disk_format, self.disk, self.disk_info,
                           'raw')
 
-    def test_existing_format_refusal_logged_not_raised(self):
-        self.raw(self.disk)
-        logs = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
-        self.assertIsNone(formats.existing_format(self.disk, self.disk_info,
-                                                  'qcow2'))
-        self.assertIn('left as it is, not allocated', logs.output)
-
     def test_unrecorded_raw_backend_disk(self):
         self.qcow2(self.disk)
         logs = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
@@ -241,12 +217,14 @@ class TestCheckQcow2Disk(FormatsTestCase):
 
     def test_no_backing(self):
         self.qcow2(self.disk)
-        self.assertEqual((None, None), formats.check_qcow2_disk(self.disk))
+        self.assertEqual((None, None),
+                         formats.check_qcow2_disk(self.disk)[:2])
 
     def test_backing_in_the_image_cache(self):
         cached = self.raw(self.base_path('abc'))
         self.qcow2(self.disk, '-F', 'raw', '-b', cached)
-        self.assertEqual((cached, 'raw'), formats.check_qcow2_disk(self.disk))
+        self.assertEqual((cached, 'raw'),
+                         formats.check_qcow2_disk(self.disk)[:2])
 
     def test_backing_elsewhere_refused_naming_the_cache(self):
         elsewhere = self.raw(os.path.join(self.instances_path, 'x'))
@@ -315,9 +293,8 @@ class TestBoundedInspection(FormatsTestCase):
         for kind in GUEST_HEADERS:
             with self.subTest(kind=kind):
                 self.guest_disk(kind)
-                with formats.migration_formats(self.uuid, {'disk': 'raw'}):
-                    self.assertEqual('raw',
-                                     formats.migration_record(self.disk))
+                self.assertEqual('raw',
+                                 formats.migration_record(self.disk, 'raw'))
                 self.assertNotIn(self.disk, self.inspected.fed)
 
     def test_disk_info_raw_never_inspected(self):
@@ -326,8 +303,6 @@ class TestBoundedInspection(FormatsTestCase):
             with self.subTest(kind=kind):
                 self.guest_disk(kind)
                 self.assertIs(diskplan.DiskFormat.RAW, formats.disk_format(
-                    self.disk, self.disk_info, 'qcow2'))
-                self.assertIs(diskplan.DiskFormat.RAW, formats.existing_format(
                     self.disk, self.disk_info, 'qcow2'))
                 self.assertNotIn(self.disk, self.inspected.fed)
 
@@ -338,10 +313,9 @@ class TestBoundedInspection(FormatsTestCase):
             with self.subTest(kind=kind):
                 self.inspected.fed.clear()
                 self.guest_disk(kind)
-                with formats.migration_formats(self.uuid,
-                                               {'disk': 'qcow2'}):
-                    self.assertRaises(exception.DiskFormatMismatch,
-                                      formats.migration_record, self.disk)
+                self.assertRaises(exception.DiskFormatMismatch,
+                                  formats.migration_record, self.disk,
+                                  'qcow2')
                 self.assertRaises(exception.DiskFormatMismatch,
                                   formats.disk_format, self.disk,
                                   self.disk_info, 'qcow2')

@@ -80,12 +80,12 @@ class ReconcileTestCase(base.TestCase):
         self.journal(journal.CONVERTING)
         with open(self.disk + journal.CONVERT_SUFFIX, 'wb') as f:
             f.write(b'QFI\xfb new')
-        self.assertTrue(journal.Journal(self.disk).reconcile())
+        self.assertEqual('raw', journal.Journal(self.disk).reconcile())
         self.assert_reconciled('raw')
 
     def test_converting_once_renamed_is_finished(self):
         self.journal(journal.CONVERTING)
-        self.assertTrue(journal.Journal(self.disk).reconcile())
+        self.assertEqual('qcow2', journal.Journal(self.disk).reconcile())
         self.assert_reconciled('qcow2')
 
     def test_ready_is_finished_by_recover_too(self):
@@ -95,7 +95,7 @@ class ReconcileTestCase(base.TestCase):
 
     def test_a_conversion_of_this_process_is_left_alone(self):
         self.journal(journal.READY, process='now')
-        self.assertFalse(journal.Journal(self.disk).reconcile())
+        self.assertIsNone(journal.Journal(self.disk).reconcile())
         self.assertEqual('raw', formats.disk_info_format(self.info,
                                                          self.disk))
 
@@ -109,5 +109,5 @@ class ReconcileTestCase(base.TestCase):
 
     def test_no_conversion_nothing_done(self):
         journal.Journal(self.disk).begin(False)
-        self.assertFalse(journal.Journal(self.disk).reconcile())
+        self.assertIsNone(journal.Journal(self.disk).reconcile())
         self.assertTrue(os.path.exists(self.disk + journal.JOURNAL_SUFFIX))

@@ -254,7 +254,7 @@ class TestConvertRaw(Qcow2TestCase):
         formats.record_format(self.disk, 'raw')
         steps = []
         real_phase, real_publish = journal.Journal.phase, fileops.publish
-        real_converted = formats.converted
+        real_record = formats.record_format
 
         def phase(record, name):
             steps.append(name)
@@ -264,13 +264,13 @@ class TestConvertRaw(Qcow2TestCase):
             steps.append('publish')
             return real_publish(tmp, final)
 
-        def converted(path, fmt):
+        def record_format(path, fmt):
             steps.append('record %s' % fmt)
-            return real_converted(path, fmt)
+            return real_record(path, fmt)
 
         for target, name, func in ((journal.Journal, 'phase', phase),
                                    (fileops, 'publish', publish),
-                                   (formats, 'converted', converted)):
+                                   (formats, 'record_format', record_format)):
             self.useFixture(fixtures.MockPatchObject(target, name, func))
         qcow2.convert_raw(self.disk, _plan(units.Mi, Prealloc.OFF))
         self.assertEqual([journal.CONVERTING, 'publish', journal.READY,
@@ -292,16 +292,16 @@ class TestConvertRaw(Qcow2TestCase):
         pb_fixtures.write_pattern(self.disk, units.Mi, seed=7)
         formats.record_format(self.disk, 'raw')
         src_sha = pb_fixtures.guest_sha(self.disk)
-        real_converted = formats.converted
+        real_record = formats.record_format
         calls = []
 
-        def converted(path, fmt):
+        def record_format(path, fmt):
             calls.append(fmt)
             if len(calls) == 1:
                 raise OSError(errno.ENOSPC, 'No space left on device')
-            return real_converted(path, fmt)
-        self.useFixture(fixtures.MockPatchObject(formats, 'converted',
-                                                 converted))
+            return real_record(path, fmt)
+        self.useFixture(fixtures.MockPatchObject(formats, 'record_format',
+                                                 record_format))
         self.assertRaises(OSError, qcow2.convert_raw, self.disk,
                           _plan(units.Mi, Prealloc.OFF))
         self.assertEqual('raw', self._recorded())

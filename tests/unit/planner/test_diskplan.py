@@ -258,13 +258,15 @@ class TestModeNone(PlanTestCase):
     def test_other_modes_need_filesystem_facts(self):
         self.assertRaises(ValueError, self.plan, Mode.SPACE, fs=None)
 
-    def test_flavor_mode_overrides_host_mode(self):
+    def test_mode_is_the_callers_decision(self):
+        # The disk's mode is decided once, by the caller (modes.disk_mode):
+        # a flavor's prealloc:mode is not read again here.
         plan = self.plan(Mode.NONE, specs={'prealloc:mode': 'full'})
-        self.assertIs(Mode.FULL, plan.mode)
-        self.assertIs(P.FULL, plan.preallocation)
-        plan = self.plan(Mode.FULL, fs=None, specs={'prealloc:mode': 'none'})
         self.assertIs(Mode.NONE, plan.mode)
         self.assertIsNone(plan.cluster_size)
+        plan = self.plan(Mode.FULL, specs={'prealloc:mode': 'none'})
+        self.assertIs(Mode.FULL, plan.mode)
+        self.assertIs(P.FULL, plan.preallocation)
 
     def test_plan_is_frozen(self):
         plan = self.plan(Mode.SPACE)
