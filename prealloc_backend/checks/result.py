@@ -14,11 +14,13 @@
 
 Every check of ``prealloc-backend check`` is a function ``check(host) ->
 Result``; ``host`` (checks/host.py) holds the parsed configuration and the
-facts measured once for all checks. A Result carries oslo.upgradecheck's
-Code (SUCCESS, WARNING, FAILURE), one paragraph of details, the fix (a
-sentence telling the operator what to change, for WARNING and FAILURE) and
-the facts measured, which ``--json`` prints for configuration management.
-Nothing here touches the filesystem.
+facts measured once for all checks. A Result is oslo.upgradecheck's, with
+its Code (SUCCESS, WARNING, FAILURE) and one paragraph of details, and two
+attributes upgradecheck's lacks: the fix (a sentence telling the operator
+what to change, for WARNING and FAILURE), which the table prints on a line
+of its own after the details, where nova-status runs its remedy into the
+details; and the facts measured, which ``--json`` prints for configuration
+management (cmd/check.py). Nothing here touches the filesystem.
 """
 
 from oslo_upgradecheck import upgradecheck

@@ -27,12 +27,46 @@ Run it as root. What it writes, it writes in instances_path as the owner of
 that directory (the nova user), in a child process (see checks/owner.py,
 checks/host.py, checks/qemu_img.py); everything else it only reads.
 
-The checks follow oslo.upgradecheck (as ``nova-status upgrade check``):
-each returns a Result of Code SUCCESS, WARNING or FAILURE, and the exit
-status is the highest code: 0 all good; 1 warnings, spawns work but not
-everything is as nova.conf asks (say, disks left thin on a filesystem
-without fallocate(2)); 2 a spawn would fail, or nova-compute would not start
-the plugin. Every warning and failure comes with its fix.
+The checks run on oslo.upgradecheck, as ``nova-status upgrade check``
+(nova/cmd/status.py) runs nova's: HostChecks is an
+``upgradecheck.UpgradeCommands`` whose ``_upgrade_checks`` are the
+(name, method) tuples of checks.CHECKS, each returning an
+``upgradecheck.Result`` of Code SUCCESS, WARNING or FAILURE; its
+``check()`` runs them in order, prints upgradecheck's table and returns
+the highest Code, which is the exit status: 0 all good; 1 warnings, spawns
+work but not everything is as nova.conf asks (say, disks left thin on a
+filesystem without fallocate(2)); 2 a spawn would fail, or nova-compute
+would not start the plugin. As nova-status, an error of the command itself
+prints "Error:" and its traceback and exits 255.
+
+Kept of our own, each because an operator needs it:
+
+- The command line: ``prealloc-backend check`` beside ``bench``, with
+  argparse, not upgradecheck's ``upgrade check`` subcommand (nova-status
+  does not use ``upgradecheck.main`` either). nova's files are parsed as
+  nova-compute parses them; --disk-size, --qemu-conf and --nova-user say
+  what to judge this host against, --verbose shows the log lines.
+- A ``Fix:`` line under the details of each warning and failure
+  (``Report._get_details``, upgradecheck's hook for a row's text):
+  upgradecheck's row has Details only, and nova-status runs its remedy
+  into them.
+- A check never raises (``HostChecks.run_one``): an invalid option value
+  it needs, a PreallocError, a step in instances_path that failed or
+  timed out is a Failure saying so. upgradecheck's ``check()`` lets an
+  exception end the run with no table at all, and one invalid option
+  would stop every check that reads it.
+- The first SIGINT or SIGTERM stops the run (issue 36): the running
+  check is a Failure "Not finished", the later ones Failures "Not run",
+  and the table is still printed: a stopped check never reads as a
+  Success.
+- Configuration files that cannot be read are one Failure row,
+  "Configuration", in the same table, instead of oslo.config's traceback.
+- ``--json``: upgradecheck prints its JSON (``name``, ``checks`` with
+  ``check``, ``result``, ``details``) only for its own ``upgrade check
+  --json`` option, read from its module's global CONF, and without the
+  fix. render_json prints the same object with, for each check, its
+  ``status`` (the word the table shows), ``fix`` and ``facts`` (what it
+  measured, which configuration management asserts on).
 """
 
 import argparse
@@ -41,11 +75,11 @@ import logging
 import re
 import sys
 import textwrap
+import traceback
 
 from oslo_config import cfg
 from oslo_upgradecheck import upgradecheck
 from oslo_utils import units
-import prettytable
 
 from prealloc_backend import checks
 from prealloc_backend.checks import host as check_host
@@ -55,11 +89,12 @@ from prealloc_backend import conf as pb_conf
 from prealloc_backend import exception
 from prealloc_backend.system import stopping
 
-Code = result.Code
-
 TITLE = 'prealloc_backend host check'
-STATUS = {Code.SUCCESS: 'Success', Code.WARNING: 'Warning',
-          Code.FAILURE: 'Failure'}
+# upgradecheck wraps a row's details at 60 columns; the fix likewise.
+WIDTH = 60
+# An error of the command itself, not a check's verdict (as
+# upgradecheck.run and nova-status).
+ERROR_EXIT = 255
 
 DEFAULT_DISK_SIZE = '1G'
 
@@ -130,24 +165,90 @@ def load_config(conf, config_files, config_dirs):
         raise ConfigLoadError(str(exc))
 
 
-def _method(func):
-    """An oslo.upgradecheck check method running ``func(host)``."""
-    def check(self):
-        return func(self.host)
-    check.__name__ = func.__name__
-    check.__doc__ = func.__doc__
-    return check
+def _guarded(name, func):
+    """The ``_upgrade_checks`` method of the check ``func(host)``."""
+    def method(self):
+        return self.run_one(name, func)
+    method.__name__ = func.__name__
+    method.__doc__ = func.__doc__
+    return method
 
 
-class HostChecks(upgradecheck.UpgradeCommands):
-    """The checks of one host (prealloc_backend.checks.CHECKS)."""
+class Report(upgradecheck.UpgradeCommands):
+    """upgradecheck's report: its table with a Fix line, or --json's."""
 
     display_title = TITLE
-    _upgrade_checks = tuple((name, _method(func))
+
+    def _get_details(self, upgrade_check_result):
+        details = super()._get_details(upgrade_check_result)
+        fix = getattr(upgrade_check_result, 'fix', None)
+        if not fix:
+            return details
+        return '%s\n%s' % (details, '\n'.join(textwrap.wrap(
+            'Fix: ' + fix, WIDTH, subsequent_indent='  ',
+            break_on_hyphens=False)))
+
+    def results(self):
+        """[(name, Result)] of every check in order, as check() runs them
+        (for --json, which check() does not print with the fix and facts).
+        """
+        return [(name, func(self)) for name, func in self._upgrade_checks]
+
+
+class ConfigUnread(Report):
+    """The report when nova's configuration files cannot be read."""
+
+    def __init__(self, error, files):
+        super().__init__()
+        self.error = error
+        self.files = files
+
+    def check_configuration(self):
+        return result.failure(
+            str(self.error),
+            'Pass the files nova-compute reads: --config-file '
+            '/etc/nova/nova.conf (repeatable) or --config-dir.',
+            config_files=self.files)
+
+    _upgrade_checks = (('Configuration', check_configuration),)
+
+
+class HostChecks(Report):
+    """The checks of one host (prealloc_backend.checks.CHECKS).
+
+    ``stop`` (a stopping.Stop): once it is requested (SIGINT or SIGTERM;
+    its watcher has killed the running check's children), the running
+    check is a Failure "Not finished" and the checks after it Failures
+    "Not run".
+    """
+
+    _upgrade_checks = tuple((name, _guarded(name, func))
                             for name, func in checks.CHECKS)
 
-    def __init__(self, host):
+    def __init__(self, host, stop=None):
+        super().__init__()
         self.host = host
+        self.stop = stop
+
+    def _stopped(self):
+        return self.stop is not None and self.stop.requested
+
+    def run_one(self, name, func):
+        """The Result of ``func(self.host)``; never raises a check's
+        errors (see the module's docstring).
+        """
+        if self._stopped():
+            return _not_run(self.stop, 'Not run')
+        stopping.pause_point('check ' + name)
+        try:
+            res = self._verdict(func)
+        except BaseException:
+            if not self._stopped():
+                raise
+            res = None
+        if self._stopped():
+            res = _not_run(self.stop, 'Not finished')
+        return res
 
     def _invalid_label(self, exc):
         match = re.match(r'Value for option (\S+)', str(exc))
@@ -156,35 +257,9 @@ class HostChecks(upgradecheck.UpgradeCommands):
                   if label.endswith('] %s' % name)]
         return ' or '.join(labels) or 'an option (%s)' % exc
 
-    def run_checks(self, stop=None):
-        """[(name, Result)] of every check; a check never raises.
-
-        ``stop`` (a stopping.Stop): once it is requested (SIGINT or
-        SIGTERM; its watcher has killed the running check's children), the
-        running check is a Failure "Not finished" and the checks after it
-        Failures "Not run": a stopped check never reads as a Success.
-        """
-        results = []
-        for index, (name, func) in enumerate(self._upgrade_checks):
-            if stop is not None and stop.requested:
-                results.extend((later, _not_run(stop, 'Not run'))
-                               for later, _f in self._upgrade_checks[index:])
-                break
-            stopping.pause_point('check ' + name)
-            try:
-                res = self._run_one(func)
-            except BaseException:
-                if stop is None or not stop.requested:
-                    raise
-                res = None
-            if stop is not None and stop.requested:
-                res = _not_run(stop, 'Not finished')
-            results.append((name, res))
-        return results
-
-    def _run_one(self, func):
+    def _verdict(self, func):
         try:
-            res = func(self)
+            res = func(self.host)
         except ValueError as exc:
             # An invalid option value this check needed: the
             # Configuration check names it and what is allowed.
@@ -220,38 +295,15 @@ def _not_run(stop, what):
         'Run prealloc-backend check again.')
 
 
-def render_json(results, config_files):
-    code = max((r.code for _n, r in results), default=Code.SUCCESS)
+def render_json(results):
+    """upgradecheck's JSON with each check's status, fix and facts."""
     return json.dumps({
         'name': TITLE,
-        'result': int(code),
-        'status': STATUS[code],
-        'config_files': config_files,
         'checks': [{'check': name, 'result': int(r.code),
-                    'status': STATUS[r.code], 'details': r.details,
-                    'fix': r.fix, 'facts': r.facts}
+                    'status': str(upgradecheck.UPGRADE_CHECK_MSG_MAP[r.code]),
+                    'details': r.details, 'fix': r.fix, 'facts': r.facts}
                    for name, r in results],
-    }, indent=2, sort_keys=False, default=str)
-
-
-def _wrap(text, first):
-    return '\n'.join(textwrap.wrap(text, 72, initial_indent=first,
-                                   subsequent_indent='  ',
-                                   break_on_hyphens=False))
-
-
-def render_table(results):
-    table = prettytable.PrettyTable([TITLE], hrules=prettytable.ALL)
-    table.align = 'l'
-    for name, res in results:
-        lines = ['Check: %s' % name, 'Result: %s' % STATUS[res.code],
-                 _wrap(res.details or '', 'Details: ')]
-        if res.fix:
-            lines.append(_wrap(res.fix, 'Fix: '))
-        table.add_row(['\n'.join(lines)])
-    code = max((r.code for _n, r in results), default=Code.SUCCESS)
-    return '%s\nOverall: %s (exit status %d)' % (table, STATUS[code],
-                                                  int(code))
+    }, indent=2, default=str)
 
 
 def add_arguments(parser):
@@ -286,29 +338,38 @@ def add_arguments(parser):
         help='Print the log lines of the plugin and nova on stderr.')
 
 
-def run(args):
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.ERROR,
-        format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
+def report(checked, as_json):
+    """Run ``checked``'s checks (a Report), print upgradecheck's table or
+    the JSON; the exit status.
+    """
+    if not as_json:
+        return int(checked.check())
+    results = checked.results()
+    print(render_json(results))
+    return int(max(r.code for _n, r in results))
+
+
+def _run(args):
     conf = pb_conf.CONF
     try:
         load_config(conf, args.config_file, args.config_dir)
     except ConfigLoadError as exc:
-        results = [('Configuration', result.failure(
-            str(exc), 'Pass the files nova-compute reads: --config-file '
-                      '/etc/nova/nova.conf (repeatable) or --config-dir.'))]
         files = list(args.config_file) + list(args.config_dir)
-    else:
-        host = check_host.Host(
-            conf, oslo_args(args.config_file, args.config_dir),
-            args.disk_size, qemu_conf=args.qemu_conf,
-            nova_user=args.nova_user)
-        stopping.install_test_hooks()
-        with stopping.on_signals() as stop:
-            results = HostChecks(host).run_checks(stop)
-        files = list(conf.config_file or []) + list(conf.config_dir or [])
-    if args.json:
-        print(render_json(results, files))
-    else:
-        print(render_table(results))
-    return int(max(r.code for _n, r in results))
+        return report(ConfigUnread(exc, files), args.json)
+    host = check_host.Host(
+        conf, oslo_args(args.config_file, args.config_dir),
+        args.disk_size, qemu_conf=args.qemu_conf, nova_user=args.nova_user)
+    stopping.install_test_hooks()
+    with stopping.on_signals() as stop:
+        return report(HostChecks(host, stop), args.json)
+
+
+def run(args):
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.ERROR,
+        format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
+    try:
+        return _run(args)
+    except Exception:
+        print('Error:\n%s' % traceback.format_exc())
+        return ERROR_EXIT

@@ -17,6 +17,8 @@ global configuration) is in tests/integration/test_check_command.py.
 """
 
 import argparse
+import json
+import signal
 from unittest import mock
 
 import fixtures
@@ -85,15 +87,15 @@ def _unsafe(host):
 
 
 class TestRunChecks(base.BaseTestCase):
-    """A check never raises: run_checks turns what a check raised into a
-    Failure that says what happened and whom it concerns.
+    """A check never raises: HostChecks.run_one turns what a check raised
+    into a Failure that says what happened and whom it concerns.
     """
 
     def run_one(self, func):
         class OneCheck(check.HostChecks):
-            _upgrade_checks = (('Probe', check._method(func)),)
+            _upgrade_checks = (('Probe', check._guarded('Probe', func)),)
 
-        (name, res), = OneCheck(host=None).run_checks()
+        (name, res), = OneCheck(host=None).results()
         self.assertEqual('Probe', name)
         self.assertEqual(upgradecheck.Code.FAILURE, res.code)
         return res
@@ -118,6 +120,161 @@ class TestRunChecks(base.BaseTestCase):
                       res.details)
 
 
+def _ok(host):
+    return check.result.success('All good.', free=3)
+
+
+def _thin(host):
+    return check.result.warning(
+        'Disks stay thin on this filesystem.',
+        'Set [prealloc_backend] fallocate_unsupported = zero-fill, or move '
+        'instances_path to ext4 or xfs so that disks are preallocated.')
+
+
+def _bad(host):
+    return check.result.failure('No room.', 'Free space.')
+
+
+class ThreeChecks(check.HostChecks):
+    _upgrade_checks = tuple((name, check._guarded(name, func)) for name, func
+                            in (('Fine', _ok), ('Thin', _thin),
+                                ('Full', _bad)))
+
+
+class TestReport(base.BaseTestCase):
+    """upgradecheck prints the table and returns the highest Code, the
+    exit status; each warning and failure has its Fix line.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.stdout = self.useFixture(fixtures.StringStream('stdout'))
+        self.useFixture(fixtures.MonkeyPatch('sys.stdout',
+                                             self.stdout.stream))
+
+    def printed(self):
+        self.stdout.stream.flush()
+        return self.stdout.getDetails()['stdout'].as_text()
+
+    def test_table(self):
+        checked = ThreeChecks(host=None)
+        self.assertEqual(2, check.report(checked, as_json=False))
+        self.assertEqual(
+            '+------------------------------------------------------------+\n'
+            '| prealloc_backend host check                                |\n'
+            '+------------------------------------------------------------+\n'
+            '| Check: Fine                                                |\n'
+            '| Result: Success                                            |\n'
+            '| Details: All good.                                         |\n'
+            '+------------------------------------------------------------+\n'
+            '| Check: Thin                                                |\n'
+            '| Result: Warning                                            |\n'
+            '| Details: Disks stay thin on this filesystem.               |\n'
+            '| Fix: Set [prealloc_backend] fallocate_unsupported =        |\n'
+            '|   zero-fill, or move instances_path to ext4 or xfs so that |\n'
+            '|   disks are preallocated.                                  |\n'
+            '+------------------------------------------------------------+\n'
+            '| Check: Full                                                |\n'
+            '| Result: Failure                                            |\n'
+            '| Details: No room.                                          |\n'
+            '| Fix: Free space.                                           |\n'
+            '+------------------------------------------------------------+\n',
+            self.printed())
+
+    def test_exit_status_is_the_highest_code(self):
+        by_name = dict(ThreeChecks._upgrade_checks)
+        for names, code in ((('Fine',), 0), (('Thin', 'Fine'), 1),
+                            (('Full', 'Thin', 'Fine'), 2)):
+            class Some(ThreeChecks):
+                _upgrade_checks = tuple((name, by_name[name])
+                                        for name in names)
+
+            for as_json in (False, True):
+                self.assertEqual(code, check.report(Some(host=None),
+                                                    as_json=as_json))
+
+    def test_json(self):
+        self.assertEqual(2, check.report(ThreeChecks(host=None),
+                                         as_json=True))
+        out = json.loads(self.printed())
+        self.assertEqual({
+            'name': 'prealloc_backend host check',
+            'checks': [
+                {'check': 'Fine', 'result': 0, 'status': 'Success',
+                 'details': 'All good.', 'fix': None, 'facts': {'free': 3}},
+                {'check': 'Thin', 'result': 1, 'status': 'Warning',
+                 'details': 'Disks stay thin on this filesystem.',
+                 'fix': _thin(None).fix, 'facts': {}},
+                {'check': 'Full', 'result': 2, 'status': 'Failure',
+                 'details': 'No room.', 'fix': 'Free space.', 'facts': {}},
+            ]}, out)
+
+
+class Stop:
+    """A stopping.Stop requested by SIGTERM once ``after`` checks ran."""
+
+    signum = signal.SIGTERM
+
+    def __init__(self, after):
+        self.after = after
+        self.ran = 0
+
+    @property
+    def requested(self):
+        return self.ran >= self.after
+
+
+class TestStop(base.BaseTestCase):
+    """After a stop, the running check is not finished and the later ones
+    are not run: Failures, never a Success.
+    """
+
+    def test_stopped_while_the_second_check_runs(self):
+        stop = Stop(after=2)
+
+        def counted(func):
+            def step(host):
+                stop.ran += 1
+                return func(host)
+            return step
+
+        class Counted(check.HostChecks):
+            _upgrade_checks = tuple(
+                (name, check._guarded(name, counted(func)))
+                for name, func in (('Fine', _ok), ('Thin', _thin),
+                                   ('Also fine', _ok)))
+
+        results = Counted(host=None, stop=stop).results()
+        self.assertEqual(
+            [('Fine', 0, 'All good.'),
+             ('Thin', 2, 'Not finished: SIGTERM stopped the check.'),
+             ('Also fine', 2, 'Not run: SIGTERM stopped the check.')],
+            [(name, r.code, r.details) for name, r in results])
+        self.assertEqual(2, stop.ran)
+        self.assertEqual('Run prealloc-backend check again.',
+                         results[2][1].fix)
+
+
+class TestCommandError(base.BaseTestCase):
+    """An error of the command itself (not a check's verdict) exits 255
+    with the traceback, as nova-status: not 1, a warning.
+    """
+
+    def test_unexpected_error(self):
+        parser = argparse.ArgumentParser()
+        check.add_arguments(parser)
+        self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.cmd.check.load_config',
+            side_effect=RuntimeError('boom')))
+        stdout = self.useFixture(fixtures.StringStream('stdout'))
+        self.useFixture(fixtures.MonkeyPatch('sys.stdout', stdout.stream))
+        self.assertEqual(255, check.run(parser.parse_args([])))
+        stdout.stream.flush()
+        text = stdout.getDetails()['stdout'].as_text()
+        self.assertTrue(text.startswith('Error:\nTraceback'), text)
+        self.assertIn('RuntimeError: boom', text)
+
+
 class TestNovaUserOption(base.BaseTestCase):
 
     def test_passed_to_the_host(self):
@@ -136,7 +293,7 @@ class TestNovaUserOption(base.BaseTestCase):
         self.useFixture(fixtures.MockPatchObject(check.check_host, 'Host',
                                                  Host))
         self.useFixture(fixtures.MockPatchObject(
-            check.HostChecks, 'run_checks',
+            check.HostChecks, 'results',
             return_value=[('x', check.result.success('ok'))]))
         self.useFixture(fixtures.MockPatchObject(
             check.pb_conf, 'CONF', mock.Mock(config_file=[], config_dir=[])))
