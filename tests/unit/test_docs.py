@@ -478,12 +478,11 @@ class TestDocExamplesRunner(base.BaseTestCase):
         self.assertIn('1 lines expected, 2 printed', failures[0])
 
     def test_failed_command_without_output_fails_and_cleanup_runs(self):
-        failures, tmp = self._run('$ false\n$ touch never\n',
+        failures, tmp = self._run('$ false\n$ touch "$HOME/never"\n',
                                   setup='touch "$HOME/set-up"',
                                   cleanup='touch "$HOME/cleaned"')
         self.assertEqual(1, len(failures))
         self.assertIn('exit status 1', failures[0])
         self.assertTrue(os.path.exists(os.path.join(tmp, 'set-up')))
         self.assertTrue(os.path.exists(os.path.join(tmp, 'cleaned')))
-        self.assertFalse(os.path.exists(os.path.join(doc_examples.TOP,
-                                                     'never')))
+        self.assertFalse(os.path.exists(os.path.join(tmp, 'never')))
