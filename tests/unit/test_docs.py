@@ -220,7 +220,8 @@ class TestFlavorRefusals(base.BaseTestCase):
 
 def _load_doc_examples():
     """tools/doc_examples.py (the cloud tier's runner of the pages' sessions)
-    as a module: tools/ is no package."""
+    as a module: tools/ is no package.
+    """
     spec = importlib.util.spec_from_file_location(
         'doc_examples', os.path.join(ROOT, 'tools', 'doc_examples.py'))
     module = importlib.util.module_from_spec(spec)
@@ -307,7 +308,8 @@ def pages():
 
 def literal_blocks(lines):
     """[[line]] of the page's literal blocks (``::`` paragraphs and
-    ``code-block``/``code`` directives), dedented."""
+    ``code-block``/``code`` directives), dedented.
+    """
     blocks = []
     index = 0
     while index < len(lines):
@@ -445,7 +447,8 @@ class TestDocCommands(base.BaseTestCase):
 
 class TestDocExamplesRunner(base.BaseTestCase):
     """tools/doc_examples.py compares what a session prints with the page,
-    here on sessions of a temporary directory run by the local bash."""
+    here on sessions of a temporary directory run by the local bash.
+    """
 
     def _run(self, console, setup=None, cleanup=None):
         tmp = tempfile.mkdtemp(prefix='prealloc-docs-')
