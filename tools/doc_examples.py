@@ -20,7 +20,9 @@ name order, with this script, after ``tools/cloud-up`` and before Tempest:
 * ``$ COMMAND`` lines are commands, run one after the other by bash at the
   top of the clone, as root, with the environment the previous command
   left (so ``. /var/tmp/prealloc-cloud/openrc`` holds for the rest of the
-  session; that path is replaced by the cloud's CLOUD_DIR);
+  session; that path is replaced by the cloud's CLOUD_DIR). A session
+  starts with the cloud's openrc sourced: an operator's page need not show
+  this cloud's file;
 * the lines after a command, up to the next one, are its output
   (stdout and stderr together), compared line by line with what it
   printed, trailing blanks and blank last lines aside. In them ``...``
@@ -148,6 +150,9 @@ def run_session(name, cloud_dir, env):
     with open(path + '.console') as f:
         steps = parse(f.read())
     failures = []
+    openrc = os.path.join(cloud_dir, 'openrc')
+    if os.path.exists(openrc):
+        _rc, _out, env = run_bash('. %s' % openrc, env, cloud_dir)
     try:
         if os.path.exists(path + '.setup'):
             with open(path + '.setup') as f:

@@ -450,13 +450,13 @@ class TestDocExamplesRunner(base.BaseTestCase):
     here on sessions of a temporary directory run by the local bash.
     """
 
-    def _run(self, console, setup=None, cleanup=None):
+    def _run(self, console, setup=None, cleanup=None, openrc=None):
         tmp = tempfile.mkdtemp(prefix='prealloc-docs-')
         self.addCleanup(shutil.rmtree, tmp)
-        for suffix, text in (('.console', console), ('.setup', setup),
-                             ('.cleanup', cleanup)):
+        for name, text in (('s.console', console), ('s.setup', setup),
+                           ('s.cleanup', cleanup), ('openrc', openrc)):
             if text is not None:
-                with open(os.path.join(tmp, 's' + suffix), 'w') as f:
+                with open(os.path.join(tmp, name), 'w') as f:
                     f.write(text)
         self.useFixture(fixtures.MonkeyPatch(
             'tests.unit.test_docs.doc_examples.EXAMPLES', tmp))
@@ -471,6 +471,13 @@ class TestDocExamplesRunner(base.BaseTestCase):
             '$ echo "$GREETING 3f2a-9c01 x/y"\n'
             'hello FLAVOR_ID ...\n'
             '$ bash tools/cloud-up\n')
+        self.assertEqual([], failures)
+
+    def test_sessions_start_with_the_cloud_s_openrc(self):
+        failures, _tmp = self._run(
+            '$ echo "$OS_CLOUD_NAME"\none-box\n', setup='[ -n "$OS_X" ]',
+            cleanup='[ -n "$OS_X" ]',
+            openrc='export OS_CLOUD_NAME=one-box OS_X=1\n')
         self.assertEqual([], failures)
 
     def test_other_output_fails(self):
