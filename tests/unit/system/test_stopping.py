@@ -38,6 +38,18 @@ def _marked(token):
     return pb_fixtures.processes_with_env('PREALLOC_TEST_STOPPING', token)
 
 
+def _left(token):
+    """The marked processes still alive once SIGKILL had time to land: a
+    signal is delivered asynchronously, and a loaded machine (seen under a
+    cloud and Tempest) can show a killed process as not yet dead for a
+    moment after its parent was reaped.
+    """
+    deadline = time.monotonic() + KILL_SECONDS
+    while _marked(token) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _marked(token)
+
+
 class StoppingTestCase(base.TestCase):
 
     def setUp(self):
@@ -118,7 +130,7 @@ class StoppingTestCase(base.TestCase):
             self.assertEqual(-signal.SIGKILL, status)
             self.assertTrue(stop.requested)
             self.assertIn(proc.pid, stop.killed)
-        self.assertEqual([], _marked(token))
+        self.assertEqual([], _left(token))
 
     def test_a_child_started_after_the_signal_is_killed(self):
         with stopping.on_signals() as stop:
@@ -149,7 +161,7 @@ class StoppingTestCase(base.TestCase):
         deadline = time.monotonic() + KILL_SECONDS
         while _marked(token) and time.monotonic() < deadline:
             time.sleep(0.01)
-        self.assertEqual([], _marked(token))
+        self.assertEqual([], _left(token))
 
     def test_no_stop_kills_nothing(self):
         with stopping.on_signals() as stop:
