@@ -28,11 +28,6 @@ checked (``check_qcow2_disk``) before any qemu-img command other than
 The disk operation (adapter/operation.py) calls these functions with its
 disk's path, its disk.info, the format its backend makes and the record of
 a migration being finished; nothing is kept here between calls.
-
-The qcow2 checks keep their own ``qemu-img info`` reading (qemu.info, a
-dict checked field by field) rather than oslo.utils' QemuImgInfo: they need
-``format-specific`` fields (data-file, extended-l2) and a refusal of a
-malformed answer that QemuImgInfo, which takes any JSON, does not give.
 """
 
 import collections

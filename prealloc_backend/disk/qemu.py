@@ -12,9 +12,18 @@
 
 """qemu-img, run the way nova runs it: LC_ALL=C, prlimit, typed errors.
 
-Every command goes through prealloc_backend.system.process (processutils, ``env
-LC_ALL=C LANG=C``); this module chooses the limits and turns failures into
-QemuImgError and AllocationTimeout.
+Every command goes through prealloc_backend.system.process (processutils,
+``env LC_ALL=C LANG=C``); this module chooses the limits and turns failures
+into QemuImgError and AllocationTimeout.
+
+``info`` returns qemu-img's JSON as a dict, checked field by field, rather
+than oslo.utils' ``imageutils.QemuImgInfo``: QemuImgInfo accepts any JSON
+(a missing or negative ``virtual-size`` passes), has no
+``full-backing-filename``, and gives ``extended-l2`` and ``data-file`` only
+through the same ``format_specific`` dict; the header checks
+(formats.check_qcow2_disk) refuse a malformed answer instead
+(QemuImgOutputError). nova's own ``qemu_img_info`` (QemuImgInfo) is used
+where nova's checks are reused: formats.checked_base.
 
 nova's prlimit (``[libvirt] images_cpu_time_limit`` and
 ``images_address_space_limit``) exists to contain qemu-img on untrusted
