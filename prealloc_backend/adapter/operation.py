@@ -31,7 +31,7 @@ A fact is read again only after the operation itself changed it: a
 re-layout or a growth rewrote the disk (``disk_changed``), or fallocate(2)
 proved unsupported on the filesystem (``replan_without_fallocate``).
 Nothing below the operation calls back into it: executors take data and
-return results (allocate.allocate_file says whether fallocate(2) was
+return results (allocate.fallocate_file says whether fallocate(2) was
 there; allocate.zero_fill yields between its calls, where the operation
 checks that the instance is not being deleted).
 """
