@@ -16,8 +16,8 @@ per disk (the plans of the sweeps are in tests/unit/test_bench.py).
 
 from oslo_utils import units
 
-from prealloc_backend.bench import variants
-from prealloc_backend.bench import workloads
+from prealloc_bench import variants
+from prealloc_bench import workloads
 from tests import base
 
 

@@ -13,7 +13,7 @@
 """The workloads, and the registry that lists them in run order.
 
 Each workload names its variants (rows), makes their disks through
-prealloc_backend.bench.variants, measures one repetition of one row in
+prealloc_bench.variants, measures one repetition of one row in
 ``measure()`` and says which engine it used. The engine (engine.Bench)
 repeats and interleaves.
 
@@ -43,11 +43,11 @@ import random
 from oslo_log import log as logging
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import tools
-from prealloc_backend.bench import variants as vs
 from prealloc_backend import policy
 from prealloc_backend import sizes
+from prealloc_bench import engine
+from prealloc_bench import tools
+from prealloc_bench import variants as vs
 
 LOG = logging.getLogger(__name__)
 CONF = vs.CONF

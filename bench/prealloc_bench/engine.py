@@ -14,7 +14,7 @@
 
 A Bench owns a scratch directory (it plays nova's instances_path, with the
 image cache in ``_base``) and nova's CONF overrides for the run. With
-``privsep_in_process=True`` (what ``prealloc-backend bench`` asks for) it
+``privsep_in_process=True`` (what ``prealloc-bench`` asks for) it
 also switches the plugin's and nova's privsep contexts to in-process for
 the time of the run, and switches them back after; without it, it leaves
 them as the caller has them. Nothing here changes them at import.
@@ -26,7 +26,7 @@ report divides a variant's figure by its reference's of the same
 repetition (paired ratios) before taking the median and [min-max] of those
 ratios: a ratio of medians would compare figures taken minutes apart.
 
-Who does what: everything runs as the user ``prealloc-backend bench`` runs
+Who does what: everything runs as the user ``prealloc-bench`` runs
 as, and works by path (nova's image backend and the plugin's take paths).
 As root, a Bench therefore starts only in a directory nobody else can
 change: the directory, every directory above it and every symlink on the
@@ -54,20 +54,20 @@ import nova.privsep
 from oslo_log import log as logging
 from oslo_utils import units
 
-from prealloc_backend.bench import tools
-from prealloc_backend.bench import variants
 from prealloc_backend.checks import owner
 from prealloc_backend import exception
 from prealloc_backend import fsprobe
 import prealloc_backend.privsep
 from prealloc_backend import sizes
 from prealloc_backend import stopping
+from prealloc_bench import tools
+from prealloc_bench import variants
 
 LOG = logging.getLogger(__name__)
 CONF = variants.CONF
 
 SCHEMA_VERSION = 3
-COMMAND = 'prealloc-backend bench'
+COMMAND = 'prealloc-bench'
 # The group of a workload's rows at the plugin's default layout.
 DEFAULT_GROUP = 'default layout'
 # The same rows, writing beyond the end of the disk's backing file.

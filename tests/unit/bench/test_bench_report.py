@@ -19,9 +19,9 @@ import os
 
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import report
-from prealloc_backend.bench import variants
+from prealloc_bench import engine
+from prealloc_bench import report
+from prealloc_bench import variants
 from tests import base
 
 
@@ -105,7 +105,7 @@ def run(kind='quick'):
                 'error': None, 'references': ['raw-fallocated', 'nova-none'],
                 'kind': 'write', 'default_groups': ['default layout'],
                 'extra_columns': [], 'fact_columns': [], 'cases': cases}
-    return {'run': kind, 'argv': ['bench', '--quick'],
+    return {'run': kind, 'argv': ['--quick'],
             'config': {'reps': 1, 'write_disk': 256 * units.Mi},
             'date': 'd', 'privsep': 'p', 'seconds': 1.0,
             'host': {'hostname': 'h', 'kernel': 'k', 'cpus': 2, 'nova': 'n',
@@ -169,7 +169,7 @@ class SummaryTestCase(base.TestCase):
         self.assertNotIn('[met', text)
         self.assertIn('Targets: not judged: a --quick run is indicative '
                       'only', text)
-        self.assertIn('prealloc-backend bench --dir DIR', text)
+        self.assertIn('prealloc-bench --dir DIR', text)
         # The default run judges them, as before.
         result = report.finalize(run('default'))
         self.assertTrue(result['targets'])

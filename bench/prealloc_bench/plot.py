@@ -22,9 +22,9 @@ It runs as the command's user and writes only the --plot file named.
 
 import importlib
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import report
 from prealloc_backend import sizes
+from prealloc_bench import engine
+from prealloc_bench import report
 
 MISSING = ('--plot needs matplotlib, which is not installed in this Python '
            'environment (%s); install it with "pip install matplotlib", or '
@@ -154,7 +154,7 @@ def render(result, path):
         else:
             _draw_workload(axis, data)
     host = result['host']
-    figure.suptitle('prealloc-backend bench, %s, %s (%s run), %s' % (
+    figure.suptitle('prealloc-bench, %s, %s (%s run), %s' % (
         host['hostname'], host['filesystem'], result['run'],
         result['date']), fontsize=10)
     # Leave the top 0.5 inch for the title.

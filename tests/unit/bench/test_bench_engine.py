@@ -19,9 +19,9 @@ import os
 
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import variants
 from prealloc_backend import fsprobe
+from prealloc_bench import engine
+from prealloc_bench import variants
 from tests import base
 
 

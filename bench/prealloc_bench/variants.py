@@ -52,13 +52,13 @@ from oslo_utils import units
 from oslo_utils import uuidutils
 
 from prealloc_backend import backend
-from prealloc_backend.bench import tools
 from prealloc_backend import conf as pb_conf
 from prealloc_backend import fileops
 from prealloc_backend import fsprobe
 from prealloc_backend import modes
 from prealloc_backend import policy
 from prealloc_backend import stopping
+from prealloc_bench import tools
 
 LOG = logging.getLogger(__name__)
 CONF = pb_conf.CONF

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""``prealloc-backend bench``: its statistics, targets, report and tools.
+"""``prealloc-bench``: its statistics, targets, report and tools.
 
 The statistics (pairing by repetition, median and [min-max]) and the
 targets are checked on hand-made results: no test here asserts a timing or
@@ -35,14 +35,13 @@ from unittest import mock
 import fixtures
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import plot
-from prealloc_backend.bench import report
-from prealloc_backend.bench import tools
-from prealloc_backend.bench import variants
-from prealloc_backend.bench import workloads
-from prealloc_backend.cmd import bench as cmd_bench
-from prealloc_backend.cmd import main as cmd_main
+from prealloc_bench import cmd as cmd_bench
+from prealloc_bench import engine
+from prealloc_bench import plot
+from prealloc_bench import report
+from prealloc_bench import tools
+from prealloc_bench import variants
+from prealloc_bench import workloads
 from tests import base
 from tests import fixtures as pb_fixtures
 
@@ -75,7 +74,7 @@ def workload(name, cases, unit='IOPS', higher=True, kind='write',
 
 def result(workload_list, run='default'):
     return {'schema': engine.SCHEMA_VERSION, 'run': run,
-            'argv': ['bench', '--dir', '/d'],
+            'argv': ['--dir', '/d'],
             'config': {'reps': 3, 'seq_bytes': 2 * units.Gi,
                        'write_disk': 2 * units.Gi},
             'date': '2026-11-23T00:00:00+00:00',
@@ -463,9 +462,9 @@ class TableTestCase(base.TestCase):
 
     def test_render_is_complete(self):
         text = report.render(report.finalize(result([writes('seq-write')])))
-        self.assertIn('prealloc-backend bench (default run, 3 repetitions, '
+        self.assertIn('prealloc-bench (default run, 3 repetitions, '
                       'variants interleaved)', text)
-        self.assertIn('command: prealloc-backend bench --dir /d', text)
+        self.assertIn('command: prealloc-bench --dir /d', text)
         self.assertIn('every disk opened with cache=none (cache.direct=on) '
                       'and aio=native, whatever its variant', text)
         self.assertIn('The seeds\' tables', text)
@@ -827,9 +826,9 @@ class CommandTestCase(base.TestCase):
         err = io.StringIO()
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
         with mock.patch.object(engine.Bench, 'run') as run:
-            rc = cmd_main.main(['bench', '--quick', '--dir',
-                                self.instances_path, '--plot',
-                                os.path.join(self.instances_path, 'x.png')])
+            rc = cmd_bench.main(['--quick', '--dir', self.instances_path,
+                                 '--plot',
+                                 os.path.join(self.instances_path, 'x.png')])
         self.assertEqual(2, rc)
         run.assert_not_called()
         self.assertIn('pip install matplotlib', err.getvalue())

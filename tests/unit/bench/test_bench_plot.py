@@ -18,7 +18,7 @@ import os
 import sys
 from unittest import mock
 
-from prealloc_backend.bench import plot
+from prealloc_bench import plot
 from tests import base
 
 

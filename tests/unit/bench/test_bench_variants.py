@@ -19,7 +19,7 @@ import os
 
 from oslo_utils import units
 
-from prealloc_backend.bench import variants
+from prealloc_bench import variants
 from tests import base
 from tests import fixtures as pb_fixtures
 
