@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/bench/guest_writes.py: the in-guest workload's sizes
+"""bench/prealloc_bench/guest_writes.py: the in-guest workload's sizes
 and what it says when no guest can run (booting guests is in
 tests/unit/test_bench_guest.py and the real tier).
 """

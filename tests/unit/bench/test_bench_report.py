@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/bench/report.py: ratios, number formats, tables and
+"""bench/prealloc_bench/report.py: ratios, number formats, tables and
 the JSON file (targets and whole reports are in tests/unit/test_bench.py).
 """
 

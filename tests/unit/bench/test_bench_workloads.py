@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/bench/workloads.py: the registry and the facts shown
+"""bench/prealloc_bench/workloads.py: the registry and the facts shown
 per disk (the plans of the sweeps are in tests/unit/test_bench.py).
 """
 

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/cmd/bench.py: the command's arguments and its checks
+"""bench/prealloc_bench/cmd.py: the command's arguments and its checks
 before a run, on real directories and this machine's tools (the run itself
 is in tests/integration/test_bench_command.py; more of the command in
 tests/unit/test_bench.py).
