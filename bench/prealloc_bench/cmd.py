@@ -71,10 +71,12 @@ def add_arguments(parser):
         help='Also write every figure, sample and target as JSON to FILE.')
     parser.add_argument(
         '--plot', metavar='FILE',
-        help='Also draw a PNG bar chart to FILE (needs matplotlib).')
+        help='Also draw a PNG bar chart to FILE (needs matplotlib: the '
+             'plot extra, prealloc-backend-bench[plot]).')
     parser.add_argument(
         '--quick', action='store_true',
-        help='Small disks (256 MiB written, 1 TiB read and created) and '
+        help='Small disks (256 MiB written, 1 GiB for the 4 KiB writes '
+             'into new clusters, 1 TiB read and created) and '
              'small counts, the opt-in cluster sizes in one workload only: '
              'proves the command works in a few minutes on 2 CPUs; its '
              'figures are indicative only. The default run takes about '
@@ -87,7 +89,8 @@ def add_arguments(parser):
         '--write-size', type=_size, metavar='SIZE',
         help='Virtual size of the disks the first-write workloads write, '
              'and of the random data in their backing file (e.g. 512M, '
-             '4G). Default: 2G (--quick: 256M).')
+             '4G). Default: 2G (--quick: 256M, and 1G for the 4 KiB writes '
+             'into new clusters).')
     parser.add_argument(
         '--only', metavar='NAME[,NAME...]',
         help='Run only these workloads (names as printed in brackets, '
@@ -202,7 +205,7 @@ def run(args):
     if args.write_size:
         config = dataclasses.replace(
             config, write_disk=args.write_size, write_base=args.write_size,
-            seq_bytes=args.write_size,
+            seq_bytes=args.write_size, new_cluster_disk=args.write_size,
             dense_disk=min(config.dense_disk, args.write_size))
     chosen = workloads.instances()
     if args.only:

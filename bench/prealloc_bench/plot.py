@@ -156,7 +156,7 @@ def _draw_headline(axis, rows, result):
     axis.set_title('Summary: 4 KiB first writes, each into a new cluster, '
                    '%s disks\nthe plugin\'s writes per second over the '
                    "reference's in the same repetition (median)"
-                   % sizes.human(result['config'].get('write_disk')),
+                   % sizes.human(report.summary_disk(result)),
                    fontsize=10)
 
 

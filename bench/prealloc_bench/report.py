@@ -341,13 +341,21 @@ def summary_rows(result):
     return rows
 
 
+def summary_disk(result):
+    """Virtual size of the summary's disks (engine.Config.new_cluster_disk
+    or write_disk).
+    """
+    config = result['config']
+    return config.get('new_cluster_disk') or config.get('write_disk')
+
+
 def summary_lines(result):
     rows = summary_rows(result)
     if not rows:
         return []
     lines = ['Summary: 4 KiB first writes, each into a new cluster, of %s '
              'disks (the plugin\'s modes):'
-             % sizes.human(result['config'].get('write_disk'))]
+             % sizes.human(summary_disk(result))]
     lines.extend(table(
         ['mode', 'x nova overlay', 'x raw fallocated', 'created in',
          'reserved'],

@@ -421,15 +421,21 @@ class NewClusterWrites(_FirstWrites):
         """
         return max(policy.MIN_CLUSTER, self._cluster(bench, group) or 0)
 
+    def disk_size(self, bench):
+        """Config.new_cluster_disk where set (a quick run's), else the
+        first-write workloads' write_disk.
+        """
+        return bench.config.new_cluster_disk or bench.config.write_disk
+
     def count(self, bench, group):
         """As many writes as fit over the backing data (beyond it: in the
         same span of the disk), at most Config.new_cluster_writes.
         """
-        cfg = bench.config
-        span = cfg.write_disk
+        span = self.disk_size(bench)
         if group != BEYOND_GROUP:
-            span = min(cfg.write_base, span)
-        return min(cfg.new_cluster_writes, span // self.step(bench, group))
+            span = min(self.base_size(bench), span)
+        return min(bench.config.new_cluster_writes,
+                   span // self.step(bench, group))
 
     def too_few(self, bench, group):
         count = self.count(bench, group)
@@ -438,7 +444,7 @@ class NewClusterWrites(_FirstWrites):
                     'of backing data are too few to time (at least %d); '
                     'the default run measures them' % (
                         count, sizes.human(self.step(bench, group)),
-                        sizes.human(bench.config.write_base),
+                        sizes.human(self.base_size(bench)),
                         MIN_NEW_CLUSTER_WRITES))
         return None
 

@@ -148,6 +148,11 @@ class SummaryTestCase(base.TestCase):
         self.assertEqual('', lines[start + 9])
         for line in table:
             self.assertLessEqual(len(line), 79)
+        # A quick run's summary has its own disks.
+        result = run('quick')
+        result['config']['new_cluster_disk'] = units.Gi
+        self.assertIn('Summary: 4 KiB first writes, each into a new '
+                      'cluster, of 1 GiB disks', report.render(result))
 
     def test_summary_says_why_a_figure_is_missing(self):
         result = run()
