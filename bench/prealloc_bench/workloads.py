@@ -421,19 +421,29 @@ class NewClusterWrites(_FirstWrites):
         """
         return max(policy.MIN_CLUSTER, self._cluster(bench, group) or 0)
 
-    def disk_size(self, bench):
-        """Config.new_cluster_disk where set (a quick run's), else the
-        first-write workloads' write_disk.
+    def _summary_disk(self, bench, group):
+        """Config.new_cluster_disk for the default layout's disks (the
+        report's summary) where set (a quick run's), else None.
         """
-        return bench.config.new_cluster_disk or bench.config.write_disk
+        if group == DEFAULT_GROUP:
+            return bench.config.new_cluster_disk
+        return None
+
+    def group_disk_size(self, bench, group):
+        return (self._summary_disk(bench, group) or
+                super().group_disk_size(bench, group))
+
+    def group_base_size(self, bench, group):
+        return (self._summary_disk(bench, group) or
+                super().group_base_size(bench, group))
 
     def count(self, bench, group):
         """As many writes as fit over the backing data (beyond it: in the
         same span of the disk), at most Config.new_cluster_writes.
         """
-        span = self.disk_size(bench)
+        span = self.group_disk_size(bench, group) - self.offset(bench, group)
         if group != BEYOND_GROUP:
-            span = min(self.base_size(bench), span)
+            span = min(self.group_base_size(bench, group), span)
         return min(bench.config.new_cluster_writes,
                    span // self.step(bench, group))
 
@@ -444,7 +454,7 @@ class NewClusterWrites(_FirstWrites):
                     'of backing data are too few to time (at least %d); '
                     'the default run measures them' % (
                         count, sizes.human(self.step(bench, group)),
-                        sizes.human(self.base_size(bench)),
+                        sizes.human(self.group_base_size(bench, group)),
                         MIN_NEW_CLUSTER_WRITES))
         return None
 
@@ -454,8 +464,14 @@ class NewClusterWrites(_FirstWrites):
             'fit over the backing data')
 
     def describe(self, bench):
-        return super().describe(bench) + (
-            '; every write lands in a cluster not written before')
+        text = super().describe(bench)
+        size = self._summary_disk(bench, DEFAULT_GROUP)
+        if size:
+            text += ('; "%s": %s disks over %s of random data, so that %d '
+                     'writes time the fastest rows' % (
+                         DEFAULT_GROUP, sizes.human(size), sizes.human(size),
+                         self.count(bench, DEFAULT_GROUP)))
+        return text + '; every write lands in a cluster not written before'
 
 
 @register

@@ -805,17 +805,29 @@ class WorkloadPlanTestCase(base.TestCase):
         quick = self._bench(engine.QUICK)
         step = w.step(quick, DEFAULT)
         self.assertEqual((units.Gi, units.Gi, 8192),
-                         (w.disk_size(quick), w.base_size(quick),
+                         (w.group_disk_size(quick, DEFAULT),
+                          w.group_base_size(quick, DEFAULT),
                           w.count(quick, DEFAULT)))
-        self.assertEqual(8192, w.count(quick, BEYOND))
-        self.assertLessEqual(8192 * step, w.base_size(quick))
-        # The other first writes keep the quick run's 256 MiB.
+        self.assertLessEqual(8192 * step, w.group_base_size(quick, DEFAULT))
+        self.assertIn('"default layout": 1 GiB disks over 1 GiB of random '
+                      'data, so that 8192 writes', w.describe(quick))
+        # Its other groups and the other first writes keep 256 MiB: each
+        # preallocated 1 GiB disk costs time.
+        self.assertEqual((260 * units.Mi, 4 * units.Mi, 2048),
+                         (w.group_disk_size(quick, BEYOND),
+                          w.group_base_size(quick, BEYOND),
+                          w.count(quick, BEYOND)))
+        self.assertEqual((256 * units.Mi, 4096),
+                         (w.group_disk_size(quick, '64K asked'),
+                          w.count(quick, '64K asked')))
         seq = workloads.SequentialFirstWrites()
-        self.assertEqual(256 * units.Mi, seq.disk_size(quick))
+        self.assertEqual(256 * units.Mi, seq.group_disk_size(quick, DEFAULT))
         # The default run as before: 16384 writes over its 2 GiB.
         default = self._bench()
         self.assertEqual((2 * units.Gi, 16384),
-                         (w.disk_size(default), w.count(default, DEFAULT)))
+                         (w.group_disk_size(default, DEFAULT),
+                          w.count(default, DEFAULT)))
+        self.assertNotIn('so that', w.describe(default))
 
     def test_too_few_writes_are_not_timed(self):
         config = dataclasses.replace(engine.QUICK, write_base=64 * units.Mi,
