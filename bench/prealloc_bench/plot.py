@@ -143,9 +143,12 @@ def _draw_headline(axis, rows, result):
         positions = [i + offset for i in range(len(modes))]
         axis.bar(positions, values, width, color=color, label=name)
         for x, value in zip(positions, values):
+            # On white: the dashed line at 1 must not cross the figure.
             axis.annotate('%.2fx' % value if value else 'n/a', (x, value),
                           xytext=(0, 3), textcoords='offset points',
-                          ha='center', fontsize=9)
+                          ha='center', fontsize=9, zorder=5,
+                          bbox={'facecolor': 'white', 'edgecolor': 'none',
+                                'pad': 0.5})
     axis.axhline(1, color='black', linewidth=0.8, linestyle='--')
     axis.set_xticks(range(len(modes)))
     axis.set_xticklabels(['plugin %s' % m for m in modes], fontsize=10)
@@ -189,8 +192,8 @@ def _draw_workload(axis, workload, bars):
         # On white: the dashed line at 1 must not cross the figure.
         axis.annotate(_fmt(ratio), (ratio, y), xytext=(3, 0),
                       textcoords='offset points', va='center', fontsize=8,
-                      bbox={'facecolor': 'white', 'edgecolor': 'none',
-                            'pad': 0.5})
+                      zorder=5, bbox={'facecolor': 'white',
+                                      'edgecolor': 'none', 'pad': 0.5})
     better = ('above 1: faster' if workload['higher_is_better'] else
               'below 1: %s' % ('fewer' if workload['unit'] == 'extents'
                                else 'quicker'))
