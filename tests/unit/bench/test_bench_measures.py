@@ -51,7 +51,8 @@ TINY = dataclasses.replace(
     seq_bytes=8 * units.Mi, new_cluster_writes=64, dense_writes=64,
     small_writes=64, dense_disk=4 * units.Mi, flush_writes=32,
     small_base=2 * units.Mi, read_disk=4 * units.Gi, read_points=64,
-    extents_disk=2 * units.Mi, cluster_sweep=(), min_seconds=0.0)
+    extents_disk=2 * units.Mi, cluster_sweep=(), min_seconds=0.0,
+    new_cluster_disk=None)
 
 
 def _qemu_img_info(path):
