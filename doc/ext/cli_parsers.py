@@ -10,7 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The parsers of ``prealloc-backend``'s subcommands, for sphinx-argparse.
+"""The parsers of ``prealloc-backend``'s subcommands and of
+``prealloc-bench``, for sphinx-argparse.
 
 prealloc_backend.cmd.main builds a subcommand's parser only once the
 subcommand is chosen (``add_arguments`` of its module); these functions
@@ -37,10 +38,14 @@ def _parser(name):
     parser = argparse.ArgumentParser(prog='prealloc-backend ' + name,
                                      description=main.SUBCOMMANDS[name])
     module.add_arguments(parser)
+    _escape(parser)
+    return parser
+
+
+def _escape(parser):
     for action in parser._actions:
         if action.help and action.help is not argparse.SUPPRESS:
             action.help = rst_escape(action.help)
-    return parser
 
 
 def check_parser():
@@ -48,4 +53,8 @@ def check_parser():
 
 
 def bench_parser():
-    return _parser('bench')
+    """``prealloc-bench``'s parser: the benchmark's own distribution."""
+    from prealloc_bench import cmd
+    parser = cmd.build_parser()
+    _escape(parser)
+    return parser

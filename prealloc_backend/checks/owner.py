@@ -303,7 +303,7 @@ def refusal_as_root(directory, command):
     it), else why not and what to do. Only root is refused, where another
     user can change what the directory (its nearest existing parent when it
     does not exist yet) names or holds (``control``).
-    ``command``: the command line to suggest, e.g. 'prealloc-backend bench'.
+    ``command``: the command line to suggest, e.g. 'prealloc-bench'.
     """
     if os.geteuid() != 0:
         return None

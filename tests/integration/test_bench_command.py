@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""``prealloc-backend bench`` run as a command, end to end, on real
+"""``prealloc-bench`` run as a command, end to end, on real
 qemu-img runs.
 """
 
@@ -19,8 +19,8 @@ import os
 import subprocess
 import sys
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import workloads
+from prealloc_bench import engine
+from prealloc_bench import workloads
 from tests import base
 
 
@@ -38,7 +38,7 @@ class CommandRunTestCase(base.TestCase):
         # a faster host would have had rows refused as too short). 32M:
         # the disk those 8192 x 4 KiB writes fill once.
         proc = subprocess.run(
-            [sys.executable, '-m', 'prealloc_backend.cmd.main', 'bench',
+            [sys.executable, '-m', 'prealloc_bench.cmd',
              '--reps', '2', '--only', 'flush-4k',
              '--write-size', '32M', '--dir', directory, '--json', out_json],
             capture_output=True, text=True, timeout=600)

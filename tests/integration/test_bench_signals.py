@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""One SIGTERM or SIGINT stops a real ``prealloc-backend bench`` run,
+"""One SIGTERM or SIGINT stops a real ``prealloc-bench`` run,
 wherever it comes (issue 36).
 
 Each test starts the real command on a small directory (``--quick``, the
@@ -125,7 +125,7 @@ class BenchSignalsTestCase(base.TestCase):
         env[MARKER] = self.token
         with open(out_path, 'w') as out, open(err_path, 'w') as err:
             proc = subprocess.Popen(
-                [sys.executable, '-m', 'prealloc_backend.cmd.main', 'bench',
+                [sys.executable, '-m', 'prealloc_bench.cmd',
                  '--quick', '--only', 'create,extents', '--dir', directory,
                  '--json', out_json], stdout=out, stderr=err, env=env)
         self.addCleanup(self._end, proc)

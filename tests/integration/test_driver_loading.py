@@ -64,6 +64,7 @@ class TestRuntimeImports(base.TestCase):
                'prealloc_backend.adapter.events',
                'prealloc_backend.adapter.guestxml',
                'prealloc_backend.adapter.migrationops',
+               'prealloc_backend.adapter.operation',
                'prealloc_backend.disk', 'prealloc_backend.disk.allocate',
                'prealloc_backend.disk.extend', 'prealloc_backend.disk.formats',
                'prealloc_backend.disk.fsprobe',

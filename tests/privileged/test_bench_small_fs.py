@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""``prealloc-backend bench`` on small loop-mounted filesystems (root).
+"""``prealloc-bench`` on small loop-mounted filesystems (root).
 
 A figure the filesystem cannot hold is not shown, and the report says why
 in a line of its own; the others are still measured. The space a plugin
@@ -22,10 +22,10 @@ import dataclasses
 
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import report
-from prealloc_backend.bench import variants
-from prealloc_backend.bench import workloads
+from prealloc_bench import engine
+from prealloc_bench import report
+from prealloc_bench import variants
+from prealloc_bench import workloads
 from tests import base
 
 

@@ -48,13 +48,13 @@ import sys
 from oslo_log import log as logging
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
 from prealloc_backend.checks import filesystem
 from prealloc_backend.checks import owner
 from prealloc_backend.checks import qemu_img
 from prealloc_backend.checks import result
-from prealloc_backend.cmd import bench as cmd_bench
 from prealloc_backend.disk import fsprobe
+from prealloc_bench import cmd as cmd_bench
+from prealloc_bench import engine
 from tests import base
 from tests import fixtures as pb_fixtures
 
@@ -317,7 +317,7 @@ class BenchAsRootTestCase(NovaTreeTestCase):
         watch = self.watch_target()
         proc = subprocess.run(
             [os.path.join(os.path.dirname(sys.executable),
-                          'prealloc-backend'), 'bench', '--quick',
+                          'prealloc-bench'), '--quick',
              '--only', 'create', '--dir', self.instances],
             capture_output=True, text=True, timeout=300)
         swapped = stop()
@@ -327,7 +327,7 @@ class BenchAsRootTestCase(NovaTreeTestCase):
         self.assertEqual(2, proc.returncode, proc.stderr)
         self.assertIn('refusing to run as root in %s (owned by %s (uid %d))'
                       % (self.instances, self.user, self.uid), proc.stderr)
-        self.assertIn('sudo -u %s prealloc-backend bench --dir %s'
+        self.assertIn('sudo -u %s prealloc-bench --dir %s'
                       % (self.user, self.instances), proc.stderr)
         self.assertEqual([], swapped)
 

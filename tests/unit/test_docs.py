@@ -249,6 +249,9 @@ RUN_ELSEWHERE = {
     # constraints (uv pip install, not pip)
     r'pip install -c upper-constraints\.txt \.': (
         'tools/cloud-up', '-c "$TOP/upper-constraints.txt"'),
+    # tools/quickstart installs both from the clone (uv pip install)
+    r"pip install \. '\./bench\[plot\]'": (
+        'tools/quickstart', '"$TOP/bench[plot]"'),
     # the integration tier runs the check command with these options (on
     # files of its own)
     r'prealloc-backend check --config-file /etc/nova/nova\.conf': (
@@ -263,12 +266,9 @@ RUN_ELSEWHERE = {
 # leave the list (test_not_covered_list_is_current).
 NOT_COVERED = {
     ('admin/security.rst',
-     'sudo -u nova prealloc-backend bench --dir /var/lib/nova/instances'),
-    ('cli/prealloc-backend-bench.rst',
-     'prealloc-backend bench [--dir PATH] [--json FILE] [--plot FILE] '
-     '[--quick]'),
-    ('cli/prealloc-backend-bench.rst',
-     'prealloc-backend bench --quick --only create --dir /tmp/i22b '
+     'sudo -u nova prealloc-bench --dir /var/lib/nova/instances'),
+    ('cli/prealloc-bench.rst',
+     'prealloc-bench --quick --only create --dir /tmp/i22b '
      '--json /tmp/i22b.json'),
     ('cli/prealloc-backend-check.rst',
      'prealloc-backend check [--config-file PATH ...] '

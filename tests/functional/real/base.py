@@ -21,7 +21,7 @@ TCG), real guests booted from disks the plugin made. Only Glance, Neutron,
 Cinder and Placement are nova's in-process fixtures; servers have no
 network.
 
-The guest is prealloc_backend.bench.guest's tiny kernel + busybox initramfs,
+The guest is prealloc_bench.guest's tiny kernel + busybox initramfs,
 uploaded to the Glance fixture as kernel and ramdisk images that the root
 disk image names (kernel_id, ramdisk_id, os_command_line).
 
@@ -50,8 +50,8 @@ from oslo_utils import units
 import psutil
 
 from prealloc_backend.adapter import driver as pb_driver
-from prealloc_backend.bench import guest as pb_guest
 from prealloc_backend import conf as pb_conf
+from prealloc_bench import guest as pb_guest
 from tests import fixtures as pb_fixtures
 
 try:

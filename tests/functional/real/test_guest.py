@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend.bench.guest on its own: the runners the benchmark calls
+"""prealloc_bench.guest on its own: the runners the benchmark calls
 boot the real guest (TCG, so that the result does not depend on /dev/kvm) and
 the guest really writes its disk.
 """
@@ -21,7 +21,7 @@ import subprocess
 import fixtures
 from oslo_utils import units
 
-from prealloc_backend.bench import guest as pb_guest
+from prealloc_bench import guest as pb_guest
 from tests import base as tests_base
 from tests import fixtures as pb_fixtures
 from tests.functional.real import base

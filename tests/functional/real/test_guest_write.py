@@ -24,7 +24,7 @@ import os
 
 from testtools import content
 
-from prealloc_backend.bench import guest as pb_guest
+from prealloc_bench import guest as pb_guest
 from tests.functional.real import base
 
 GIB = 1024 ** 3

@@ -35,7 +35,7 @@ import subprocess
 from lxml import etree
 from oslo_utils import units
 
-from prealloc_backend.bench import guest as pb_guest
+from prealloc_bench import guest as pb_guest
 from tests import fixtures as pb_fixtures
 from tests.functional.real import base
 

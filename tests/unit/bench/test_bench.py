@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""``prealloc-backend bench``: its statistics, targets, report and tools.
+"""``prealloc-bench``: its statistics, targets, report and tools.
 
 The statistics (pairing by repetition, median and [min-max]) and the
 targets are checked on hand-made results: no test here asserts a timing or
@@ -35,15 +35,14 @@ from unittest import mock
 import fixtures
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import plot
-from prealloc_backend.bench import report
-from prealloc_backend.bench import tools
-from prealloc_backend.bench import variants
-from prealloc_backend.bench import workloads
-from prealloc_backend.cmd import bench as cmd_bench
-from prealloc_backend.cmd import main as cmd_main
 from prealloc_backend.planner import qcow2_layout
+from prealloc_bench import cmd as cmd_bench
+from prealloc_bench import engine
+from prealloc_bench import plot
+from prealloc_bench import report
+from prealloc_bench import tools
+from prealloc_bench import variants
+from prealloc_bench import workloads
 from tests import base
 from tests import fixtures as pb_fixtures
 
@@ -76,7 +75,7 @@ def workload(name, cases, unit='IOPS', higher=True, kind='write',
 
 def result(workload_list, run='default'):
     return {'schema': engine.SCHEMA_VERSION, 'run': run,
-            'argv': ['bench', '--dir', '/d'],
+            'argv': ['--dir', '/d'],
             'config': {'reps': 3, 'seq_bytes': 2 * units.Gi,
                        'write_disk': 2 * units.Gi},
             'date': '2026-11-23T00:00:00+00:00',
@@ -464,9 +463,9 @@ class TableTestCase(base.TestCase):
 
     def test_render_is_complete(self):
         text = report.render(report.finalize(result([writes('seq-write')])))
-        self.assertIn('prealloc-backend bench (default run, 3 repetitions, '
+        self.assertIn('prealloc-bench (default run, 3 repetitions, '
                       'variants interleaved)', text)
-        self.assertIn('command: prealloc-backend bench --dir /d', text)
+        self.assertIn('command: prealloc-bench --dir /d', text)
         self.assertIn('every disk opened with cache=none (cache.direct=on) '
                       'and aio=native, whatever its variant', text)
         self.assertIn('The seeds\' tables', text)
@@ -799,9 +798,42 @@ class WorkloadPlanTestCase(base.TestCase):
         self.assertLessEqual(w.count(bench, '2M asked') * 2 * units.Mi,
                              bench.config.write_base)
 
+    def test_a_quick_run_times_the_summary_s_writes(self):
+        # 2048 writes over 256 MiB took 0.02-0.04 s on the fast rows, under
+        # the 0.05 s floor: the summary of a quick run lost them. Its
+        # new-cluster writes have their own 1 GiB disks, 8192 writes.
+        w = workloads.NewClusterWrites()
+        quick = self._bench(engine.QUICK)
+        step = w.step(quick, DEFAULT)
+        self.assertEqual((units.Gi, units.Gi, 8192),
+                         (w.group_disk_size(quick, DEFAULT),
+                          w.group_base_size(quick, DEFAULT),
+                          w.count(quick, DEFAULT)))
+        self.assertLessEqual(8192 * step, w.group_base_size(quick, DEFAULT))
+        self.assertIn('"default layout": 1 GiB disks over 1 GiB of random '
+                      'data, so that 8192 writes', w.describe(quick))
+        # Its other groups and the other first writes keep 256 MiB: each
+        # preallocated 1 GiB disk costs time.
+        self.assertEqual((260 * units.Mi, 4 * units.Mi, 2048),
+                         (w.group_disk_size(quick, BEYOND),
+                          w.group_base_size(quick, BEYOND),
+                          w.count(quick, BEYOND)))
+        self.assertEqual((256 * units.Mi, 4096),
+                         (w.group_disk_size(quick, '64K asked'),
+                          w.count(quick, '64K asked')))
+        seq = workloads.SequentialFirstWrites()
+        self.assertEqual(256 * units.Mi, seq.group_disk_size(quick, DEFAULT))
+        # The default run as before: 16384 writes over its 2 GiB.
+        default = self._bench()
+        self.assertEqual((2 * units.Gi, 16384),
+                         (w.group_disk_size(default, DEFAULT),
+                          w.count(default, DEFAULT)))
+        self.assertNotIn('so that', w.describe(default))
+
     def test_too_few_writes_are_not_timed(self):
         config = dataclasses.replace(engine.QUICK, write_base=64 * units.Mi,
-                                     write_disk=64 * units.Mi)
+                                     write_disk=64 * units.Mi,
+                                     new_cluster_disk=None)
         cases = workloads.NewClusterWrites().cases(self._bench(config))
         skipped = [row for row in cases if row.group == '2M asked']
         self.assertTrue(skipped)
@@ -828,9 +860,9 @@ class CommandTestCase(base.TestCase):
         err = io.StringIO()
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
         with mock.patch.object(engine.Bench, 'run') as run:
-            rc = cmd_main.main(['bench', '--quick', '--dir',
-                                self.instances_path, '--plot',
-                                os.path.join(self.instances_path, 'x.png')])
+            rc = cmd_bench.main(['--quick', '--dir', self.instances_path,
+                                 '--plot',
+                                 os.path.join(self.instances_path, 'x.png')])
         self.assertEqual(2, rc)
         run.assert_not_called()
         self.assertIn('pip install matplotlib', err.getvalue())

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/bench/engine.py: the statistics' helpers and a Bench
+"""bench/prealloc_bench/engine.py: the statistics' helpers and a Bench
 session in a real directory (the round robin and a run too short to time,
 with a threshold the test sets, are in tests/unit/test_bench.py).
 """
@@ -19,9 +19,9 @@ import os
 
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import variants
 from prealloc_backend.disk import fsprobe
+from prealloc_bench import engine
+from prealloc_bench import variants
 from tests import base
 
 

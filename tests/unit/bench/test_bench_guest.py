@@ -13,18 +13,18 @@
 """bench --guest: the in-guest write workload of the real-hypervisor issue.
 
 The real boots run in tests/functional/real (and by hand, with
-``prealloc-backend bench --guest``); here the workload's own logic.
+``prealloc-bench --guest``); here the workload's own logic.
 """
 
 import gzip
 
 import fixtures
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import guest
-from prealloc_backend.bench import guest_writes
-from prealloc_backend.bench import workloads
-from prealloc_backend.cmd import bench as cmd_bench
+from prealloc_bench import cmd as cmd_bench
+from prealloc_bench import engine
+from prealloc_bench import guest
+from prealloc_bench import guest_writes
+from prealloc_bench import workloads
 from tests import base
 
 
@@ -215,10 +215,10 @@ class BlockioTestCase(base.TestCase):
         # (the boot itself is mocked: the real tier boots guests).
         ran = []
         self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.bench.guest._run_guest',
+            'prealloc_bench.guest._run_guest',
             lambda cmd, timeout, console: ran.append(cmd)))
         self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.bench.guest.write_result',
+            'prealloc_bench.guest.write_result',
             lambda text, accel, runner: 'result'))
         self.assertEqual('result', guest.run_write_test(
             '/d', 'qcow2', guest=self.guest, accel='tcg',

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/bench/guest_writes.py: the in-guest workload's sizes
+"""bench/prealloc_bench/guest_writes.py: the in-guest workload's sizes
 and what it says when no guest can run (booting guests is in
 tests/unit/test_bench_guest.py and the real tier).
 """
@@ -20,10 +20,10 @@ import dataclasses
 import fixtures
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import guest
-from prealloc_backend.bench import guest_writes
-from prealloc_backend.bench import variants
+from prealloc_bench import engine
+from prealloc_bench import guest
+from prealloc_bench import guest_writes
+from prealloc_bench import variants
 from tests import base
 
 
@@ -57,9 +57,9 @@ class GuestWritesTestCase(base.TestCase):
         def no_guest():
             raise guest.GuestError('no kernel here')
         self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.bench.guest.build_guest', no_guest))
+            'prealloc_bench.guest.build_guest', no_guest))
         self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.bench.workloads._FirstWrites.setup',
+            'prealloc_bench.workloads._FirstWrites.setup',
             lambda self, bench: None))
         w.setup(FakeBench(engine.QUICK))
         self.assertEqual('no guest can run here: no kernel here',
@@ -84,12 +84,12 @@ class GuestWritesTestCase(base.TestCase):
             extended_l2=True, libvirt_io='native', workdir=workdir,
             block_sizes=(512, 4096))
         self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.bench.variants.make_disk',
+            'prealloc_bench.variants.make_disk',
             lambda *args, **kwargs: disk))
         self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.bench.guest.run_write_test', run_write_test))
+            'prealloc_bench.guest.run_write_test', run_write_test))
         self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.bench.variants.Disk.allocated', 0))
+            'prealloc_bench.variants.Disk.allocated', 0))
         case = engine.Case(variant=variants.PLUGIN_SPACE, group='default')
         w = guest_writes.GuestWrites()
         w.measure(FakeBench(engine.QUICK, workdir), case, 0)

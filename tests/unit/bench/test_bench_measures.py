@@ -30,14 +30,14 @@ from unittest import mock
 from oslo_utils import units
 
 import nova.privsep
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import report
-from prealloc_backend.bench import tools
-from prealloc_backend.bench import variants
-from prealloc_backend.bench import workloads
-from prealloc_backend.cmd import bench as cmd_bench
 import prealloc_backend.privsep
 from prealloc_backend.system import stopping
+from prealloc_bench import cmd as cmd_bench
+from prealloc_bench import engine
+from prealloc_bench import report
+from prealloc_bench import tools
+from prealloc_bench import variants
+from prealloc_bench import workloads
 from tests import base
 
 DEFAULT = engine.DEFAULT_GROUP
@@ -51,7 +51,8 @@ TINY = dataclasses.replace(
     seq_bytes=8 * units.Mi, new_cluster_writes=64, dense_writes=64,
     small_writes=64, dense_disk=4 * units.Mi, flush_writes=32,
     small_base=2 * units.Mi, read_disk=4 * units.Gi, read_points=64,
-    extents_disk=2 * units.Mi, cluster_sweep=(), min_seconds=0.0)
+    extents_disk=2 * units.Mi, cluster_sweep=(), min_seconds=0.0,
+    new_cluster_disk=None)
 
 
 def _qemu_img_info(path):
@@ -407,8 +408,8 @@ class PrivsepTestCase(base.TestCase):
 
     def test_importing_the_bench_changes_nothing(self):
         code = ('import nova.privsep, prealloc_backend.privsep\n'
-                'from prealloc_backend.bench import engine, workloads\n'
-                'from prealloc_backend.cmd import bench\n'
+                'from prealloc_bench import engine, workloads\n'
+                'from prealloc_bench import cmd\n'
                 'print(prealloc_backend.privsep.ctx.client_mode,\n'
                 '      nova.privsep.sys_admin_pctxt.client_mode)\n')
         out = subprocess.run([sys.executable, '-c', code], check=True,

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/bench/report.py: ratios, number formats, tables and
+"""bench/prealloc_bench/report.py: ratios, number formats, tables and
 the JSON file (targets and whole reports are in tests/unit/test_bench.py).
 """
 
@@ -19,9 +19,9 @@ import os
 
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import report
-from prealloc_backend.bench import variants
+from prealloc_bench import engine
+from prealloc_bench import report
+from prealloc_bench import variants
 from tests import base
 
 
@@ -105,7 +105,7 @@ def run(kind='quick'):
                 'error': None, 'references': ['raw-fallocated', 'nova-none'],
                 'kind': 'write', 'default_groups': ['default layout'],
                 'extra_columns': [], 'fact_columns': [], 'cases': cases}
-    return {'run': kind, 'argv': ['bench', '--quick'],
+    return {'run': kind, 'argv': ['--quick'],
             'config': {'reps': 1, 'write_disk': 256 * units.Mi},
             'date': 'd', 'privsep': 'p', 'seconds': 1.0,
             'host': {'hostname': 'h', 'kernel': 'k', 'cpus': 2, 'nova': 'n',
@@ -148,6 +148,11 @@ class SummaryTestCase(base.TestCase):
         self.assertEqual('', lines[start + 9])
         for line in table:
             self.assertLessEqual(len(line), 79)
+        # A quick run's summary has its own disks.
+        result = run('quick')
+        result['config']['new_cluster_disk'] = units.Gi
+        self.assertIn('Summary: 4 KiB first writes, each into a new '
+                      'cluster, of 1 GiB disks', report.render(result))
 
     def test_summary_says_why_a_figure_is_missing(self):
         result = run()
@@ -169,7 +174,7 @@ class SummaryTestCase(base.TestCase):
         self.assertNotIn('[met', text)
         self.assertIn('Targets: not judged: a --quick run is indicative '
                       'only', text)
-        self.assertIn('prealloc-backend bench --dir DIR', text)
+        self.assertIn('prealloc-bench --dir DIR', text)
         # The default run judges them, as before.
         result = report.finalize(run('default'))
         self.assertTrue(result['targets'])

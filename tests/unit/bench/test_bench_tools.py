@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/bench/tools.py: the tools run for real (qemu-img,
+"""bench/prealloc_bench/tools.py: the tools run for real (qemu-img,
 qemu-io, filefrag) on small files; a run too short to time is judged
 against a threshold the test sets, never against this machine's speed.
 """
@@ -19,7 +19,7 @@ import os
 
 from oslo_utils import units
 
-from prealloc_backend.bench import tools
+from prealloc_bench import tools
 from tests import base
 from tests import fixtures as pb_fixtures
 

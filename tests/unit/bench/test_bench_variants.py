@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/bench/variants.py: the variants' names and what the
+"""bench/prealloc_bench/variants.py: the variants' names and what the
 reference disks take; the disks made through the real backends are in
 tests/unit/test_bench.py.
 """
@@ -19,7 +19,7 @@ import os
 
 from oslo_utils import units
 
-from prealloc_backend.bench import variants
+from prealloc_bench import variants
 from tests import base
 from tests import fixtures as pb_fixtures
 

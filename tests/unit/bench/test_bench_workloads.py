@@ -10,14 +10,14 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/bench/workloads.py: the registry and the facts shown
+"""bench/prealloc_bench/workloads.py: the registry and the facts shown
 per disk (the plans of the sweeps are in tests/unit/test_bench.py).
 """
 
 from oslo_utils import units
 
-from prealloc_backend.bench import variants
-from prealloc_backend.bench import workloads
+from prealloc_bench import variants
+from prealloc_bench import workloads
 from tests import base
 
 

@@ -16,7 +16,6 @@ run as operators run it is in tests/integration).
 """
 
 import io
-import os
 
 import fixtures
 
@@ -38,7 +37,7 @@ class MainTestCase(base.TestCase):
 
     def test_subcommands(self):
         parser = cmd_main.build_parser()
-        self.assertEqual({'bench', 'check'}, set(cmd_main.SUBCOMMANDS))
+        self.assertEqual({'check'}, set(cmd_main.SUBCOMMANDS))
         args = parser.parse_args(['check'])
         self.assertEqual(('check', 'prealloc_backend.cmd.check'),
                          (args.command, args.module))
@@ -52,20 +51,18 @@ class MainTestCase(base.TestCase):
         self.assertIn("invalid choice: 'nope'", err)
 
     def test_the_command_parses_its_own_options(self):
-        rc, out, _err = self.run_main(['bench', '--help'])
+        rc, out, _err = self.run_main(['check', '--help'])
         self.assertEqual(0, rc)
-        self.assertIn('usage: prealloc-backend bench', out)
-        self.assertIn('--reps', out)
-        self.assertIn(cmd_main.SUBCOMMANDS['bench'], ' '.join(out.split()))
+        self.assertIn('usage: prealloc-backend check', out)
+        self.assertIn('--disk-size', out)
+        self.assertIn(cmd_main.SUBCOMMANDS['check'], ' '.join(out.split()))
         rc, _out, err = self.run_main(['check', '--no-such-option'])
         self.assertEqual(2, rc)
         self.assertIn('prealloc-backend check', err)
 
     def test_the_command_runs_with_its_arguments(self):
-        # bench's own verdict on its arguments, before any measurement.
-        directory = os.path.join(self.instances_path, 'b')
-        rc, out, err = self.run_main(['bench', '--reps', '0', '--dir',
-                                      directory])
+        # check's own verdict on its arguments, before any check.
+        rc, out, err = self.run_main(['check', '--disk-size', 'big'])
         self.assertEqual(2, rc, err)
         self.assertEqual('', out)
-        self.assertIn('--reps must be at least 1', err)
+        self.assertIn("'big' is not a size", err)

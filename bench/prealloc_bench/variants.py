@@ -52,13 +52,13 @@ from oslo_utils import units
 from oslo_utils import uuidutils
 
 from prealloc_backend.adapter import backend
-from prealloc_backend.bench import tools
 from prealloc_backend import conf as pb_conf
 from prealloc_backend.disk import fsprobe
 from prealloc_backend.planner import diskplan
 from prealloc_backend.planner import modes
 from prealloc_backend.system import fileops
 from prealloc_backend.system import stopping
+from prealloc_bench import tools
 
 LOG = logging.getLogger(__name__)
 CONF = pb_conf.CONF

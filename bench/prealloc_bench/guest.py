@@ -32,14 +32,14 @@ tells ``/init`` what to do with the first virtio disk:
   :data:`FS_TOOLS` (the host's mke2fs, mkfs.xfs and GNU dd with their
   libraries).
 
-It belongs to the benchmark (``prealloc-backend bench --guest``) and the
+It belongs to the benchmark (``prealloc-bench --guest``) and the
 real-hypervisor tests, never to what nova-compute imports.
 
 Two runners: plain ``qemu-system-x86_64`` (KVM where /dev/kvm is offered,
 TCG only where it is not; see :func:`accelerator`) and libvirt (a transient
 domain through ``virsh``). Both return a :class:`WriteResult` naming the
 accelerator used. Nothing here has a
-command line: ``prealloc-backend bench`` and the real-hypervisor tests call
+command line: ``prealloc-bench`` and the real-hypervisor tests call
 these functions.
 
 Everything runs as the caller: the guest's disks are in the Bench's

@@ -41,7 +41,7 @@ engine.Config's of the run), so tests set it rather than depend on the
 speed of the machine they run on.
 
 These functions run as the caller. The benchmark's caller is the user
-``prealloc-backend bench`` runs as; as root only in a directory nobody else
+``prealloc-bench`` runs as; as root only in a directory nobody else
 can change (engine.Bench checks).
 """
 

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/cmd/bench.py: the command's arguments and its checks
+"""bench/prealloc_bench/cmd.py: the command's arguments and its checks
 before a run, on real directories and this machine's tools (the run itself
 is in tests/integration/test_bench_command.py; more of the command in
 tests/unit/test_bench.py).
@@ -22,7 +22,7 @@ import os
 import fixtures
 from oslo_utils import units
 
-from prealloc_backend.cmd import bench as cmd_bench
+from prealloc_bench import cmd as cmd_bench
 from tests import base
 
 
@@ -31,15 +31,16 @@ class SizeTestCase(base.TestCase):
     def test_sizes(self):
         for text, value in (('1M', units.Mi), ('512m', 512 * units.Mi),
                             ('4G', 4 * units.Gi), ('4GiB', 4 * units.Gi),
-                            ('1.5G', 1536 * units.Mi), ('1T', units.Ti),
+                            ('1536M', 1536 * units.Mi), ('1T', units.Ti),
                             (str(units.Mi), units.Mi), (' 2M ', 2 * units.Mi)):
             self.assertEqual(value, cmd_bench._size(text), text)
 
     def test_refused(self):
         for text, why in (('100K', 'whole number of MiB'),
-                          ('1.0001M', 'whole number of MiB'),
+                          (str(units.Mi + 1), 'whole number of MiB'),
                           ('0', 'at least 1M'),
-                          ('big', "not a size: 'BIG'"),
+                          ('1.5G', "'1.5G' is not a size"),
+                          ('big', "'big' is not a size"),
                           ('', 'not a size')):
             exc = self.assertRaises(argparse.ArgumentTypeError,
                                     cmd_bench._size, text)
@@ -58,12 +59,12 @@ class DirectoryTestCase(base.TestCase):
                                                                '/x'])))
         missing = os.path.join(self.instances_path, 'missing')
         self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.cmd.bench.DEFAULT_DIRS',
+            'prealloc_bench.cmd.DEFAULT_DIRS',
             (missing, self.instances_path)))
         self.assertEqual(self.instances_path,
                          cmd_bench._directory(self.parse([])))
         self.useFixture(fixtures.MonkeyPatch(
-            'prealloc_backend.cmd.bench.DEFAULT_DIRS', (missing,)))
+            'prealloc_bench.cmd.DEFAULT_DIRS', (missing,)))
         self.assertEqual(os.getcwd(), cmd_bench._directory(self.parse([])))
 
     def test_preflight_accepts_and_makes_the_directory(self):

@@ -10,14 +10,14 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""``prealloc-backend bench``: what each preallocation mode costs and gains
-on this host and filesystem.
+"""``prealloc-bench``: what each preallocation mode costs and gains on
+this host and filesystem.
 
 Disks are made by the plugin's own image backend (layout from
-diskplan.make_plan), by nova's in-tree one and as raw files (fallocated,
+policy.make_plan), by nova's in-tree one and as raw files (fallocated,
 zero-written, sparse), side by side in one directory, and measured with
 QEMU's own tools and timers, every disk opened the same way; see
-prealloc_backend.bench. Exit status: 0 when every case ran (figures that
+the prealloc_bench package. Exit status: 0 when every case ran (figures that
 cannot be measured here are not shown, each with the reason), 1 when one
 failed or the run was stopped (the first Ctrl-C or SIGTERM, see
 prealloc_backend.system.stopping: the running tool is killed, the workloads
@@ -30,7 +30,7 @@ works by path. Run by root, it starts only in a directory nobody else can
 change (root's, as is every directory above it, none writable by another
 user; checks/owner.refusal_as_root), so nova's instances_path, the default,
 is refused with the command to run instead: the same run as the nova user
-(``sudo -u nova prealloc-backend bench``), which measures the filesystem
+(``sudo -u nova prealloc-bench``), which measures the filesystem
 nova-compute writes to with nova's own rights. The --json and --plot files
 are written as that same user.
 """
@@ -43,9 +43,14 @@ import shutil
 import sys
 import warnings
 
+from oslo_utils import units
+
+from prealloc_backend.cmd import check
 from prealloc_backend.system import stopping
 
-COMMAND = 'prealloc-backend bench'
+COMMAND = 'prealloc-bench'
+SUMMARY = ('Measure what each preallocation mode costs and gains on this '
+           'host and filesystem.')
 DEFAULT_DIRS = ('/var/lib/nova/instances',)
 TOOLS = ('qemu-img', 'qemu-io', 'filefrag')
 
@@ -66,10 +71,12 @@ def add_arguments(parser):
         help='Also write every figure, sample and target as JSON to FILE.')
     parser.add_argument(
         '--plot', metavar='FILE',
-        help='Also draw a PNG bar chart to FILE (needs matplotlib).')
+        help='Also draw a PNG bar chart to FILE (needs matplotlib: the '
+             'plot extra, prealloc-backend-bench[plot]).')
     parser.add_argument(
         '--quick', action='store_true',
-        help='Small disks (256 MiB written, 1 TiB read and created) and '
+        help='Small disks (256 MiB written, 1 GiB for the 4 KiB writes '
+             'into new clusters, 1 TiB read and created) and '
              'small counts, the opt-in cluster sizes in one workload only: '
              'proves the command works in a few minutes on 2 CPUs; its '
              'figures are indicative only. The default run takes about '
@@ -82,7 +89,8 @@ def add_arguments(parser):
         '--write-size', type=_size, metavar='SIZE',
         help='Virtual size of the disks the first-write workloads write, '
              'and of the random data in their backing file (e.g. 512M, '
-             '4G). Default: 2G (--quick: 256M).')
+             '4G). Default: 2G (--quick: 256M, and 1G for the 4 KiB writes '
+             'into new clusters).')
     parser.add_argument(
         '--only', metavar='NAME[,NAME...]',
         help='Run only these workloads (names as printed in brackets, '
@@ -97,24 +105,27 @@ def add_arguments(parser):
              'one).')
 
 
-_SUFFIXES = {'': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
-
-
 def _size(text):
-    """'512M' -> 536870912 (binary suffixes K, M, G, T), a multiple of
-    1 MiB.
+    """'512M' -> 536870912: cmd.check.parse_size (a whole number of bytes,
+    binary suffixes K, M, G, T), a multiple of 1 MiB.
     """
-    text = text.strip().upper().rstrip('B').rstrip('I')
-    suffix = text[-1:] if text[-1:] in _SUFFIXES else ''
-    try:
-        value = int(float(text[:len(text) - len(suffix)]) *
-                    _SUFFIXES[suffix])
-    except ValueError:
-        raise argparse.ArgumentTypeError('not a size: %r' % text)
-    if value < 2 ** 20 or value % 2 ** 20:
+    value = check.parse_size(text)
+    if value < units.Mi or value % units.Mi:
         raise argparse.ArgumentTypeError(
-            'must be a whole number of MiB, at least 1M')
+            '%s: must be a whole number of MiB, at least 1M' % text.strip())
     return value
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog=COMMAND, description=SUMMARY)
+    add_arguments(parser)
+    return parser
+
+
+def main(argv=None):
+    """The console script ``prealloc-bench``."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return run(args)
 
 
 def _directory(args):
@@ -140,7 +151,7 @@ def _preflight(directory):
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
         return 'cannot use %s: %s' % (directory, exc)
-    from prealloc_backend.bench import tools
+    from prealloc_bench import tools
     reason = tools.check_direct_io(directory)
     if reason:
         return ('%s cannot be measured with cache=none (%s): choose '
@@ -158,23 +169,23 @@ def run(args):
     warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format='%(levelname)s %(name)s: %(message)s')
-    from prealloc_backend.bench import plot
+    from prealloc_bench import plot
     if args.plot:
         message = plot.missing()
         if message:
-            print('prealloc-backend bench: %s' % message, file=sys.stderr)
+            print(COMMAND + ': %s' % message, file=sys.stderr)
             return 2
     # By its real path: a symlink on the way is looked up once, here.
     directory = os.path.realpath(_directory(args))
     reason = _preflight(directory)
     if reason:
-        print('prealloc-backend bench: %s' % reason, file=sys.stderr)
+        print(COMMAND + ': %s' % reason, file=sys.stderr)
         return 2
 
-    from prealloc_backend.bench import engine
-    from prealloc_backend.bench import report
-    from prealloc_backend.bench import workloads
     from prealloc_backend import conf
+    from prealloc_bench import engine
+    from prealloc_bench import report
+    from prealloc_bench import workloads
 
     # nova's CONF with its defaults and the plugin's, no nova.conf: the
     # benchmark shows the defaults; the run sets what each variant needs.
@@ -182,26 +193,26 @@ def run(args):
               default_config_dirs=[])
     workloads.load_extensions()
     if args.guest:
-        from prealloc_backend.bench import guest_writes
+        from prealloc_bench import guest_writes
         workloads.register(guest_writes.GuestWrites)
     config = engine.QUICK if args.quick else engine.DEFAULT
     if args.reps is not None:
         if args.reps < 1:
-            print('prealloc-backend bench: --reps must be at least 1',
+            print(COMMAND + ': --reps must be at least 1',
                   file=sys.stderr)
             return 2
         config = dataclasses.replace(config, reps=args.reps)
     if args.write_size:
         config = dataclasses.replace(
             config, write_disk=args.write_size, write_base=args.write_size,
-            seq_bytes=args.write_size,
+            seq_bytes=args.write_size, new_cluster_disk=args.write_size,
             dense_disk=min(config.dense_disk, args.write_size))
     chosen = workloads.instances()
     if args.only:
         names = [n.strip() for n in args.only.split(',') if n.strip()]
         unknown = sorted(set(names) - {w.name for w in chosen})
         if unknown:
-            print('prealloc-backend bench: unknown workload(s) %s; known: '
+            print(COMMAND + ': unknown workload(s) %s; known: '
                   '%s' % (', '.join(unknown),
                           ', '.join(w.name for w in chosen)),
                   file=sys.stderr)
@@ -235,8 +246,8 @@ def run(args):
 
 
 def _write_report(args, result, stop):
-    from prealloc_backend.bench import plot
-    from prealloc_backend.bench import report
+    from prealloc_bench import plot
+    from prealloc_bench import report
     report.finalize(result)
     sys.stdout.write(report.render(result))
     sys.stdout.flush()
@@ -247,3 +258,7 @@ def _write_report(args, result, stop):
     if args.plot and not stop.requested:
         plot.render(result, args.plot)
         _progress('chart written to %s' % args.plot)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

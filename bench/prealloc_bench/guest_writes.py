@@ -14,14 +14,14 @@
 
 The method of the seed measurements (dd inside a guest): the disks are made
 like the other write workloads' (the plugin's and nova's own image
-backends), then prealloc_backend.bench.guest boots a busybox guest built on
+backends), then prealloc_bench.guest boots a busybox guest built on
 this machine from Debian packages on each, which writes from the start of its
 disk with O_DIRECT, prints the time on its serial console and powers off.
 KVM where /dev/kvm is offered, TCG only where it is not; where KVM is
 offered but the guest does not boot under it, nothing is measured and the
 table says why (guest.accelerator). The engine line names the accelerator.
 
-Opt-in (``prealloc-backend bench --guest``): it needs qemu-system-x86 and a
+Opt-in (``prealloc-bench --guest``): it needs qemu-system-x86 and a
 kernel package in the guest cache (``.ci/libvirt-up`` fetches one), and it
 boots a guest per sample.
 
@@ -30,10 +30,10 @@ It runs as the user the benchmark runs as (see engine.Bench).
 
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import guest
-from prealloc_backend.bench import variants as vs
-from prealloc_backend.bench import workloads
+from prealloc_bench import engine
+from prealloc_bench import guest
+from prealloc_bench import variants as vs
+from prealloc_bench import workloads
 
 WRITE_MIB = {'default': 256, 'quick': 32}
 

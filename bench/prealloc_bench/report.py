@@ -28,7 +28,7 @@ KiB new-cluster writes' ratios to nova's overlay and to raw fallocated,
 creation time and bytes reserved: figures of that workload's table), then
 the tables.
 
-Targets (doc/source/cli/prealloc-backend-bench.rst) are judged on the
+Targets (doc/source/cli/prealloc-bench.rst) are judged on the
 median of the paired ratios, or on the median figure for an absolute
 bound; one that cannot be measured here is ``met: null`` with the reason.
 A verdict whose median's confidence interval (median_interval) spans the
@@ -43,8 +43,8 @@ import math
 
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
 from prealloc_backend import sizes
+from prealloc_bench import engine
 
 DEFAULT_GROUP = engine.DEFAULT_GROUP
 BEYOND_GROUP = engine.BEYOND_GROUP
@@ -58,7 +58,7 @@ REFERENCE_HEADERS = {
     'nova-space': 'x nova space',
 }
 
-# Bounds of the targets (doc/source/cli/prealloc-backend-bench.rst).
+# Bounds of the targets (doc/source/cli/prealloc-bench.rst).
 NEW_CLUSTER_MIN = 0.9
 SEQ_WRITE_MIN = 0.95
 FULL_MIN = 0.95
@@ -341,13 +341,21 @@ def summary_rows(result):
     return rows
 
 
+def summary_disk(result):
+    """Virtual size of the summary's disks (engine.Config.new_cluster_disk
+    or write_disk).
+    """
+    config = result['config']
+    return config.get('new_cluster_disk') or config.get('write_disk')
+
+
 def summary_lines(result):
     rows = summary_rows(result)
     if not rows:
         return []
     lines = ['Summary: 4 KiB first writes, each into a new cluster, of %s '
              'disks (the plugin\'s modes):'
-             % sizes.human(result['config'].get('write_disk'))]
+             % sizes.human(summary_disk(result))]
     lines.extend(table(
         ['mode', 'x nova overlay', 'x raw fallocated', 'created in',
          'reserved'],
@@ -547,13 +555,13 @@ def seed_lines(result):
     return lines
 
 
-# How long the default run takes (doc/source/cli/prealloc-backend-bench.rst).
+# How long the default run takes (doc/source/cli/prealloc-bench.rst).
 DEFAULT_RUN_TIME = 'about 17 minutes on a 2-vCPU machine, 5 GiB free'
 
 QUICK_TARGETS = [
     'Targets: not judged: a --quick run is indicative only (one repetition, '
     'small disks).',
-    '  The default run judges them: prealloc-backend bench --dir DIR (%s).'
+    '  The default run judges them: prealloc-bench --dir DIR (%s).'
     % DEFAULT_RUN_TIME]
 
 
@@ -597,11 +605,11 @@ def render(result):
     """The human report, as one string."""
     host = result['host']
     lines = [
-        'prealloc-backend bench (%s run, %s), %s' % (
+        'prealloc-bench (%s run, %s), %s' % (
             result['run'], _reps_text(result['config']['reps']),
             result['date']),
-        'command: %s' % ' '.join(['prealloc-backend bench'] +
-                                 list(result.get('argv', [])[1:])),
+        'command: %s' % ' '.join(['prealloc-bench'] +
+                                 list(result.get('argv', []))),
         'host %s: Linux %s, %s CPUs; nova %s, prealloc-backend %s, '
         'qemu-img %s' % (host['hostname'], host['kernel'], host['cpus'],
                          host['nova'], host['prealloc_backend'],

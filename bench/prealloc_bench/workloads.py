@@ -13,7 +13,7 @@
 """The workloads, and the registry that lists them in run order.
 
 Each workload names its variants (rows), makes their disks through
-prealloc_backend.bench.variants, measures one repetition of one row in
+prealloc_bench.variants, measures one repetition of one row in
 ``measure()`` and says which engine it used. The engine (engine.Bench)
 repeats and interleaves.
 
@@ -43,11 +43,11 @@ import random
 from oslo_log import log as logging
 from oslo_utils import units
 
-from prealloc_backend.bench import engine
-from prealloc_backend.bench import tools
-from prealloc_backend.bench import variants as vs
 from prealloc_backend.planner import qcow2_layout
 from prealloc_backend import sizes
+from prealloc_bench import engine
+from prealloc_bench import tools
+from prealloc_bench import variants as vs
 
 LOG = logging.getLogger(__name__)
 CONF = vs.CONF
@@ -421,15 +421,31 @@ class NewClusterWrites(_FirstWrites):
         """
         return max(qcow2_layout.MIN_CLUSTER, self._cluster(bench, group) or 0)
 
+    def _summary_disk(self, bench, group):
+        """Config.new_cluster_disk for the default layout's disks (the
+        report's summary) where set (a quick run's), else None.
+        """
+        if group == DEFAULT_GROUP:
+            return bench.config.new_cluster_disk
+        return None
+
+    def group_disk_size(self, bench, group):
+        return (self._summary_disk(bench, group) or
+                super().group_disk_size(bench, group))
+
+    def group_base_size(self, bench, group):
+        return (self._summary_disk(bench, group) or
+                super().group_base_size(bench, group))
+
     def count(self, bench, group):
         """As many writes as fit over the backing data (beyond it: in the
         same span of the disk), at most Config.new_cluster_writes.
         """
-        cfg = bench.config
-        span = cfg.write_disk
+        span = self.group_disk_size(bench, group) - self.offset(bench, group)
         if group != BEYOND_GROUP:
-            span = min(cfg.write_base, span)
-        return min(cfg.new_cluster_writes, span // self.step(bench, group))
+            span = min(self.group_base_size(bench, group), span)
+        return min(bench.config.new_cluster_writes,
+                   span // self.step(bench, group))
 
     def too_few(self, bench, group):
         count = self.count(bench, group)
@@ -438,7 +454,7 @@ class NewClusterWrites(_FirstWrites):
                     'of backing data are too few to time (at least %d); '
                     'the default run measures them' % (
                         count, sizes.human(self.step(bench, group)),
-                        sizes.human(bench.config.write_base),
+                        sizes.human(self.group_base_size(bench, group)),
                         MIN_NEW_CLUSTER_WRITES))
         return None
 
@@ -448,8 +464,14 @@ class NewClusterWrites(_FirstWrites):
             'fit over the backing data')
 
     def describe(self, bench):
-        return super().describe(bench) + (
-            '; every write lands in a cluster not written before')
+        text = super().describe(bench)
+        size = self._summary_disk(bench, DEFAULT_GROUP)
+        if size:
+            text += ('; "%s": %s disks over %s of random data, so that %d '
+                     'writes time the fastest rows' % (
+                         DEFAULT_GROUP, sizes.human(size), sizes.human(size),
+                         self.count(bench, DEFAULT_GROUP)))
+        return text + '; every write lands in a cluster not written before'
 
 
 @register
