@@ -103,20 +103,28 @@ class TestCli(CliCase):
         self.assertEqual([], os.listdir(self.instances))
 
     def test_bad_option_values(self):
-        self.sections['prealloc_backend']['mode'] = 'bogus'
+        # The bad mode in a --config-dir file, as a deployment's
+        # nova.conf.d would hold it: the check reads the directory and
+        # names the file.
         self.sections['DEFAULT']['preallocate_images'] = 'always'
         # Not what this test is about: spare it the helper's import run.
         self.sections['prealloc_backend_privsep']['helper_command'] = (
             'true --config-file %s' % self.conf_path)
         pb_fixtures.write_conf(self.conf_path, self.sections)
+        conf_dir = os.path.join(self.tmp, 'nova.conf.d')
+        os.mkdir(conf_dir)
+        prealloc_conf = pb_fixtures.write_conf(
+            os.path.join(conf_dir, '50-prealloc.conf'),
+            {'prealloc_backend': {'mode': 'bogus'}})
         rc, out = self.run_check('--config-file', self.conf_path,
+                                 '--config-dir', conf_dir,
                                  '--qemu-conf', self.qemu_conf)
         self.assertEqual(2, rc)
         by_name = self.checks(out)
         config = by_name['Configuration']
         self.assertEqual(2, config['result'])
         self.assertIn("[prealloc_backend] mode = 'bogus' (in %s) is not "
-                      "valid" % self.conf_path, config['details'])
+                      "valid" % prealloc_conf, config['details'])
         self.assertEqual(2, config['facts']['invalid'])
         # A check that needs the mode says so instead of guessing.
         mode = by_name['Effective mode']
@@ -127,6 +135,7 @@ class TestCli(CliCase):
 
         # The table for people: the same sentence, no traceback.
         rc, text = self.run_check('--config-file', self.conf_path,
+                                  '--config-dir', conf_dir,
                                   '--qemu-conf', self.qemu_conf,
                                   as_json=False)
         self.assertEqual(2, rc)

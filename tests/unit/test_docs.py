@@ -256,6 +256,14 @@ RUN_ELSEWHERE = {
     # files of its own)
     r'prealloc-backend check --config-file /etc/nova/nova\.conf': (
         'tests/integration/test_check_command.py', "'--config-file'"),
+    r'prealloc-backend check --config-file /etc/nova/nova\.conf '
+    r'--config-dir /etc/nova/nova\.conf\.d --json': (
+        'tests/integration/test_check_command.py', "'--config-dir'"),
+    r'prealloc-backend check --disk-size 200G': (
+        'tests/integration/test_check_command.py', "'--disk-size'"),
+    r'prealloc-backend check --qemu-conf /etc/kolla/nova-libvirt/'
+    r'qemu\.conf': (
+        'tests/integration/test_check_command.py', "'--qemu-conf'"),
     # TestDocCommands.test_upgrade_leftovers_find below
     r"find /var/lib/nova/instances -name '\*\.prealloc-journal' "
     r"-o -name '\*\.prealloc-tmp'": (
@@ -273,15 +281,6 @@ NOT_COVERED = {
     ('cli/prealloc-backend-check.rst',
      'prealloc-backend check [--config-file PATH ...] '
      '[--config-dir DIR ...]'),
-    ('cli/prealloc-backend-check.rst',
-     'prealloc-backend check --config-file /etc/nova/nova.conf'),
-    ('cli/prealloc-backend-check.rst',
-     'prealloc-backend check --config-file /etc/nova/nova.conf '
-     '--config-dir /etc/nova/nova.conf.d --json'),
-    ('cli/prealloc-backend-check.rst',
-     'prealloc-backend check --disk-size 200G'),
-    ('cli/prealloc-backend-check.rst',
-     'prealloc-backend check --qemu-conf /etc/kolla/nova-libvirt/qemu.conf'),
     ('cli/prealloc-nova-compute.rst',
      "prealloc-nova-compute [nova-compute's arguments]"),
     ('contributor/testing.rst',
