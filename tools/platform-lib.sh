@@ -1,0 +1,76 @@
+# Shared by tools/platform-up, platform-run and platform-down (sourced
+# after common.sh): the second platform, a Debian 13 (trixie) root with its
+# QEMU 10 and libvirt 11, under /var/tmp.
+#
+# Layout ($PLATFORM_DIR, default /var/tmp/prealloc-platform):
+#   trixie/             the root (cached: platform-up rebuilds it only when
+#                       its package list or suite changed, see STAMP)
+#   trixie/srv/prealloc a copy of this checkout (its own .venv, .tox,
+#                       .stestr: the machine's are never shared)
+#   state/              the holder's PID, what platform-up installed on the
+#                       machine, the holder's log
+#
+# The holder: a process in new mount and PID namespaces (unshare) whose
+# mounts are the root's /proc, /dev, /sys and /run; platform-run enters
+# them (nsenter) and chroots. Killing the holder (PID 1 of its namespace)
+# ends everything in it and drops every mount with it: nothing is ever
+# mounted in the machine's own namespace.
+
+PLATFORM_DIR=${PREALLOC_PLATFORM_DIR:-/var/tmp/prealloc-platform}
+PLATFORM_SUITE=${PREALLOC_PLATFORM_SUITE:-trixie}
+PLATFORM_MIRROR=${PREALLOC_PLATFORM_MIRROR:-http://deb.debian.org/debian}
+PLATFORM_ROOT=$PLATFORM_DIR/$PLATFORM_SUITE
+PLATFORM_STATE=$PLATFORM_DIR/state
+# Where the checkout's copy sits inside the root.
+PLATFORM_SRC=/srv/prealloc
+# The packages of the root: QEMU, libvirt and Python (quickstart's and
+# run-tests' own installs then find them there), and bindep.txt's default,
+# "test" and "real" profiles, so that run-tests inside installs nothing;
+# git for pbr's version, ca-certificates for PyPI over HTTPS.
+PLATFORM_PACKAGES="qemu-utils qemu-system-x86 libvirt-daemon-system
+  libvirt-clients python3 python3-venv python3-dev libvirt-dev pkg-config
+  gcc libc6-dev busybox-static util-linux e2fsprogs xfsprogs libxml2-utils
+  mount passwd dosfstools rsync sudo git ca-certificates"
+STAMP=$PLATFORM_ROOT/.prealloc-platform
+HOLDER_PID=$PLATFORM_STATE/holder.pid
+
+platform_stamp() {
+  echo "suite=$PLATFORM_SUITE mirror=$PLATFORM_MIRROR packages=$(echo $PLATFORM_PACKAGES)"
+}
+
+# holder_pid: the holder's PID (PID 1 of its namespace, seen from here)
+# when it still runs, else fails.
+holder_pid() {
+  local pid
+  [ -s "$HOLDER_PID" ] || return 1
+  pid=$(tr -dc '0-9' <"$HOLDER_PID")
+  [ -n "$pid" ] || return 1
+  # The holder runs "sleep infinity" with the root as its root directory.
+  [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$PLATFORM_ROOT" ] ||
+    return 1
+  echo "$pid"
+}
+
+# in_platform CMD...: CMD inside the root, in the holder's namespaces, as
+# root, with a plain environment (CI passed on).
+in_platform() {
+  local pid
+  pid=$(holder_pid) || die "the platform is not up: run tools/platform-up"
+  nsenter --target "$pid" --mount --pid --root --wd -- \
+    env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" ${CI:+CI=$CI} \
+    ${PREALLOC_LOCK_HELD:+PREALLOC_LOCK_HELD=$PREALLOC_LOCK_HELD} \
+    "$@"
+}
+
+# platform_sync: copy this checkout into the root's /srv/prealloc. The
+# copy's own virtualenvs, tox envs and stestr history stay (rsync leaves
+# excluded files alone); build output is not copied.
+platform_sync() {
+  say "copying this checkout into $PLATFORM_ROOT$PLATFORM_SRC"
+  mkdir -p "$PLATFORM_ROOT$PLATFORM_SRC"
+  rsync -a --delete --exclude=/.venv --exclude=/.tox --exclude=/.stestr \
+    --exclude='*.egg-info' --exclude=/doc/build \
+    --exclude=/releasenotes/build --exclude=__pycache__ \
+    "$TOP/" "$PLATFORM_ROOT$PLATFORM_SRC/"
+}
