@@ -52,25 +52,41 @@ holder_pid() {
 }
 
 # in_platform CMD...: CMD inside the root, in the holder's namespaces, as
-# root, with a plain environment (CI passed on).
+# root, with a plain environment: CI, and the machine's certificate bundle
+# variables (the same paths inside: platform-up adds the machine's CAs to
+# the root's bundle) passed on.
 in_platform() {
   local pid
   pid=$(holder_pid) || die "the platform is not up: run tools/platform-up"
   nsenter --target "$pid" --mount --pid --root --wd -- \
     env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" ${CI:+CI=$CI} \
-    ${PREALLOC_LOCK_HELD:+PREALLOC_LOCK_HELD=$PREALLOC_LOCK_HELD} \
+    ${SSL_CERT_FILE:+SSL_CERT_FILE=$SSL_CERT_FILE} \
+    ${SSL_CERT_DIR:+SSL_CERT_DIR=$SSL_CERT_DIR} \
+    ${PIP_CERT:+PIP_CERT=$PIP_CERT} \
+    ${REQUESTS_CA_BUNDLE:+REQUESTS_CA_BUNDLE=$REQUESTS_CA_BUNDLE} \
     "$@"
 }
 
 # platform_sync: copy this checkout into the root's /srv/prealloc. The
 # copy's own virtualenvs, tox envs and stestr history stay (rsync leaves
-# excluded files alone); build output is not copied.
+# excluded files alone); build output is not copied. Its .git is a
+# repository of its own with this checkout's HEAD fetched into it (pbr
+# reads the version from git; a worktree's .git file points outside the
+# root); the index is HEAD's, the files are this checkout's, uncommitted
+# changes included.
 platform_sync() {
-  say "copying this checkout into $PLATFORM_ROOT$PLATFORM_SRC"
-  mkdir -p "$PLATFORM_ROOT$PLATFORM_SRC"
-  rsync -a --delete --exclude=/.venv --exclude=/.tox --exclude=/.stestr \
-    --exclude='*.egg-info' --exclude=/doc/build \
+  local dst=$PLATFORM_ROOT$PLATFORM_SRC
+  say "copying this checkout into $dst"
+  mkdir -p "$dst"
+  rsync -a --delete --exclude=/.git --exclude=/.venv --exclude=/.tox \
+    --exclude=/.stestr --exclude='*.egg-info' --exclude=/doc/build \
     --exclude=/releasenotes/build --exclude=__pycache__ \
-    "$TOP/" "$PLATFORM_ROOT$PLATFORM_SRC/"
+    "$TOP/" "$dst/"
+  if [ ! -d "$dst/.git" ]; then
+    rm -f "$dst/.git"
+    git init -q "$dst"
+  fi
+  git --git-dir="$dst/.git" fetch -q "$TOP" HEAD
+  git --git-dir="$dst/.git" --work-tree="$dst" reset -q FETCH_HEAD
 }
