@@ -1,9 +1,11 @@
 # Shared by tools/platform-up, platform-run and platform-down (sourced
-# after common.sh): the second platform, a Debian 13 (trixie) root with its
-# QEMU 10 and libvirt 11, under /var/tmp.
+# after common.sh): the second platform, a Debian root of the other
+# generation than the machine's (trixie: QEMU 10, libvirt 11, on a
+# bookworm machine; bookworm: QEMU 7.2, libvirt 9.0, on a trixie one),
+# under /var/tmp.
 #
 # Layout ($PLATFORM_DIR, default /var/tmp/prealloc-platform):
-#   trixie/             the root (cached: platform-up rebuilds it only when
+#   trixie/ (bookworm/) the root (cached: platform-up rebuilds it only when
 #                       its package list or suite changed, see STAMP)
 #   trixie/srv/prealloc a copy of this checkout (its own .venv, .tox,
 #                       .stestr: the machine's are never shared)
@@ -17,7 +19,14 @@
 # mounted in the machine's own namespace.
 
 PLATFORM_DIR=${PREALLOC_PLATFORM_DIR:-/var/tmp/prealloc-platform}
-PLATFORM_SUITE=${PREALLOC_PLATFORM_SUITE:-trixie}
+# The other generation than the machine's: a Debian 13 root (QEMU 10,
+# libvirt 11) on a Debian 12 machine (QEMU 7.2, libvirt 9.0) or anything
+# else, a Debian 12 root on a Debian 13 one.
+case "$(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-}")" in
+  trixie) default_suite=bookworm ;;
+  *) default_suite=trixie ;;
+esac
+PLATFORM_SUITE=${PREALLOC_PLATFORM_SUITE:-$default_suite}
 PLATFORM_MIRROR=${PREALLOC_PLATFORM_MIRROR:-http://deb.debian.org/debian}
 PLATFORM_ROOT=$PLATFORM_DIR/$PLATFORM_SUITE
 PLATFORM_STATE=$PLATFORM_DIR/state
