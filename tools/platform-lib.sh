@@ -54,7 +54,8 @@ holder_pid() {
   [ -s "$HOLDER_PID" ] || return 1
   pid=$(tr -dc '0-9' <"$HOLDER_PID")
   [ -n "$pid" ] || return 1
-  # The holder runs "sleep infinity" with the root as its root directory.
+  # The holder is the reaper of its PID namespace (platform-up), with the
+  # root as its root directory.
   [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$PLATFORM_ROOT" ] ||
     return 1
   echo "$pid"
