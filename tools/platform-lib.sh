@@ -35,16 +35,20 @@ PLATFORM_SRC=/srv/prealloc
 # The packages of the root: QEMU, libvirt and Python (quickstart's and
 # run-tests' own installs then find them there), and bindep.txt's default,
 # "test" and "real" profiles, so that run-tests inside installs nothing;
-# git for pbr's version, ca-certificates for PyPI over HTTPS.
+# git for pbr's version, ca-certificates for PyPI over HTTPS, procps for
+# nova's libvirt driver (it runs uptime; minbase has no procps).
 PLATFORM_PACKAGES="qemu-utils qemu-system-x86 libvirt-daemon-system
   libvirt-clients python3 python3-venv python3-dev libvirt-dev pkg-config
   gcc libc6-dev busybox-static util-linux e2fsprogs xfsprogs libxml2-utils
-  mount passwd dosfstools rsync sudo git ca-certificates"
+  mount passwd dosfstools rsync sudo git ca-certificates procps"
 STAMP=$PLATFORM_ROOT/.prealloc-platform
 HOLDER_PID=$PLATFORM_STATE/holder.pid
 
+# The stamp: line 1 what the root was made from (a change: a new root),
+# line 2 its packages (a change: the missing ones installed in it).
 platform_stamp() {
-  echo "suite=$PLATFORM_SUITE mirror=$PLATFORM_MIRROR packages=$(echo $PLATFORM_PACKAGES)"
+  echo "suite=$PLATFORM_SUITE mirror=$PLATFORM_MIRROR"
+  echo "packages=$(echo $PLATFORM_PACKAGES)"
 }
 
 # holder_pid: the holder's PID (PID 1 of its namespace, seen from here)
