@@ -66,7 +66,8 @@ holder_pid() {
 }
 
 # in_platform CMD...: CMD inside the root, in the holder's namespaces, as
-# root, with a plain environment: CI, and the machine's certificate bundle
+# root, with a plain environment: PREALLOC_PLATFORM=1 (.ci/libvirt-up
+# reads it), CI, and the machine's certificate bundle
 # variables (the same paths inside: platform-up adds the machine's CAs to
 # the root's bundle) passed on.
 in_platform() {
@@ -75,6 +76,7 @@ in_platform() {
   nsenter --target "$pid" --mount --pid --root --wd -- \
     env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" ${CI:+CI=$CI} \
+    PREALLOC_PLATFORM=1 \
     ${SSL_CERT_FILE:+SSL_CERT_FILE=$SSL_CERT_FILE} \
     ${SSL_CERT_DIR:+SSL_CERT_DIR=$SSL_CERT_DIR} \
     ${PIP_CERT:+PIP_CERT=$PIP_CERT} \
