@@ -468,10 +468,22 @@ def _installed_kernels():
             continue
         vmlinuz = os.path.join('/boot', name)
         release = _release_of(vmlinuz)
-        modules = os.path.join('/lib/modules', release)
-        if os.access(vmlinuz, os.R_OK) and os.path.isdir(modules):
+        modules = _modules_dir('/', release)
+        if os.access(vmlinuz, os.R_OK) and modules:
             found.append((vmlinuz, modules, release))
     return found
+
+
+def _modules_dir(root, release):
+    """The modules directory of kernel ``release`` under ``root``, or None:
+    ``lib/modules`` (Debian 12), or ``usr/lib/modules`` (Debian 13's
+    kernel packages, merged /usr).
+    """
+    for base in ('lib', 'usr/lib'):
+        path = os.path.join(root, base, 'modules', release)
+        if os.path.isdir(path):
+            return path
+    return None
 
 
 def _extracted_kernel(root):
@@ -485,7 +497,10 @@ def _extracted_kernel(root):
         return None
     vmlinuz = os.path.join(boot, names[-1])
     release = _release_of(vmlinuz)
-    return vmlinuz, os.path.join(root, 'lib', 'modules', release), release
+    modules = _modules_dir(root, release)
+    if modules is None:
+        return None
+    return vmlinuz, modules, release
 
 
 def _extract_deb(deb, cache):

@@ -465,7 +465,13 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
                 if opt == '-blockdev' and value.startswith('{')]
 
     def format_node(self, server, path):
-        """The format node QEMU opened over the file node of ``path``."""
+        """The format node QEMU opened over the file node of ``path``.
+
+        libvirt 11 (10.x on) opens a raw disk without a format node: the
+        file node is the disk (raw data, no probing). That case answers a
+        node ``{'driver': 'raw', 'file': <the file node's name>}``, so that
+        callers read the storage node the same way on both platforms.
+        """
         nodes = self.blockdev_nodes(server)
         files = {n['node-name'] for n in nodes
                  if n.get('driver') == 'file' and n.get('filename') == path}
@@ -474,6 +480,11 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
         for node in nodes:
             if node.get('file') in files:
                 return node
+        top = [n for n in nodes if n.get('node-name') in files and
+               n.get('read-only') is not True]
+        if len(top) == 1 and not any(n.get('backing') in files
+                                     for n in nodes):
+            return {'driver': 'raw', 'file': top[0]['node-name']}
         self.fail('no format node over %s: %s' % (path, nodes))
 
     def instance_dir(self, server):
