@@ -296,8 +296,9 @@ class AttackerTreeTestCase(TestCase):
         return path
 
 
-# The privsep check's test cases, shared by tests/unit/test_check_privsep.py
-# and tests/integration/test_check_privsep_import.py.
+# The privsep check's test cases, shared by
+# tests/unit/checks/test_check_privsep.py and
+# tests/integration/test_check_privsep_import.py.
 BIN = os.path.dirname(sys.executable)
 PRIVSEP_HELPER = os.path.join(BIN, 'privsep-helper')
 FILTERS = os.path.join(os.path.dirname(__file__), '..', 'etc', 'rootwrap.d',

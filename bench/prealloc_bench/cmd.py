@@ -14,7 +14,7 @@
 this host and filesystem.
 
 Disks are made by the plugin's own image backend (layout from
-policy.make_plan), by nova's in-tree one and as raw files (fallocated,
+diskplan.make_plan), by nova's in-tree one and as raw files (fallocated,
 zero-written, sparse), side by side in one directory, and measured with
 QEMU's own tools and timers, every disk opened the same way; see
 the prealloc_bench package. Exit status: 0 when every case ran (figures that

@@ -335,7 +335,7 @@ class Bench:
         return max(64 * units.Mi, self.free() // 20)
 
     def needed_bytes(self, variant, size, images_type='qcow2'):
-        """Bytes the disk takes once made: policy.make_plan's answer for
+        """Bytes the disk takes once made: diskplan.make_plan's answer for
         the plugin's disks (the very plan the backend carries out), the
         reference's own call for the others.
         """
@@ -348,7 +348,7 @@ class Bench:
         return variants.fs_facts(self.workdir)
 
     def default_cluster(self, size):
-        """Cluster size policy.make_plan gives a plugin overlay of ``size``
+        """Cluster size diskplan.make_plan gives a plugin overlay of ``size``
         bytes with the default options (None: nova's own choice); asked
         once per size and run.
         """

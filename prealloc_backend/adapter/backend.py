@@ -211,8 +211,8 @@ class _PreallocImage:
         """
         if self.MADE_AS != 'raw' or not os.path.exists(self.path):
             # nova's Qcow2: its own format (a disk recorded otherwise, or
-            # whose header disagrees, is refused by _disk_format when it
-            # is grown or allocated).
+            # whose header disagrees, is refused by the operation's
+            # disk_format when it is grown or allocated).
             return super()._get_driver_format()
         return formats.unrecorded_raw_format(self.path, self._new_disk,
                                              self.disk_info_path)
@@ -295,12 +295,16 @@ class _PreallocImage:
         plan says (operation.allocate_raw). A disk that existed before is
         planned as such: never failed for space, left thin. A qcow2 disk
         this operation just grew (or re-laid out and grew) is filled by its
-        growth plan, which counted the holes (an existing disk's st_blocks;
-        a re-laid out disk is planned whole).
+        growth plan where that plan preallocates (falloc, full), which
+        counted the holes (an existing disk's st_blocks; a re-laid out disk
+        is planned whole); a growth left thin (no room, no extended_l2) has
+        the file's holes planned as a raw file's, as before the growth.
         """
         op = self.op
         plan = op.plan
-        if plan is not None and plan.fmt is diskplan.DiskFormat.QCOW2:
+        if (plan is not None and plan.fmt is diskplan.DiskFormat.QCOW2 and
+                operation.raw_action(plan) is not
+                diskplan.RawAction.NOTHING):
             op.allocate_raw(plan)
             return
         existing = None if created else op.raw_existing()
@@ -316,8 +320,8 @@ class _PreallocImage:
 
     def _grow(self, size):
         """Grow the disk to ``size`` in its recorded format (raw or qcow2,
-        see _disk_format), preallocating as planned; then the guest
-        filesystem where nova would resize it.
+        see the operation's disk_format), preallocating as planned; then
+        the guest filesystem where nova would resize it.
         """
         op = self._operation()
         try:
@@ -353,8 +357,13 @@ class _PreallocImage:
             # Rewritten first with the plan's layout, then grown by the
             # same plan: planned as a new disk of its new size.
             plan = op.make_plan(diskplan.DiskFormat.QCOW2, size)
-            self._relayout_overlay(plan)
-            op.disk_changed()
+            if self._relayout_overlay(plan):
+                op.disk_changed()
+            else:
+                # Left as it is (a backing name qemu-img cannot take):
+                # grown thin, as its layout allows.
+                plan = op.make_plan(diskplan.DiskFormat.QCOW2, size,
+                                    existing=existing, backing=True)
         else:
             plan = op.make_plan(diskplan.DiskFormat.QCOW2, size,
                                 existing=existing, backing=bool(backing))
@@ -372,13 +381,14 @@ class _PreallocImage:
         extended_l2, so a disk made in mode none and resized to a flavor
         asking for metadata, space or full would stay thin. Only while
         nova grows a disk (resize, spawn), never under a running guest.
+        False where it is left as it is (qcow2.relayout_overlay).
         """
         # The backing file as the operation's check resolved and checked
         # it, never as read from the header again.
         checked = self.op.checked_qcow2()
-        qcow2.relayout_overlay(self.path, checked.backing,
-                               checked.backing_fmt, plan,
-                               timeout=self._opts.allocation_timeout)
+        return qcow2.relayout_overlay(self.path, checked.backing,
+                                      checked.backing_fmt, plan,
+                                      timeout=self._opts.allocation_timeout)
 
     def libvirt_info(self, cache_mode, extra_specs, boot_order=None,
                      disk_unit=None):
@@ -499,8 +509,9 @@ class Qcow2(_PreallocImage, imagebackend.Qcow2):
                 imagebackend._update_utime_ignore_eacces(base)
                 return None
         if self.exists() or self.prealloc_mode is modes.Mode.NONE:
-            # An existing qcow2 disk, checked above (_disk_format): nova's
-            # code only re-creates a legacy '_<size>' backing file here.
+            # An existing qcow2 disk, checked above (the operation's
+            # disk_format): nova's code only re-creates a legacy '_<size>'
+            # backing file here.
             # Mode none: nova's own overlay (see diskplan._none_plan).
             return super().create_image(prepare_template, base, size, safe,
                                         *args, **kwargs)

@@ -26,7 +26,8 @@ Each method nova calls hands its work to one module per concern, as
 compute-hyperv's driver does: backend.py (the image backend: every disk),
 migrationops.py (room checks, a migration's disks, a raw disk converted on
 arrival), events.py (the instance-action event, a failed build's outcome),
-formats.py (the source host's record of each disk's format).
+operation.py (MIGRATIONS: the source host's record of each disk's format
+while a migration is finished here).
 """
 
 import os

@@ -203,7 +203,7 @@ class DiskOperation:
     ``extra_specs``: the flavor's (read by the caller, once); ``made_as``:
     the format the calling backend makes disks in ('raw' or 'qcow2');
     ``disk_info_path``: nova's disk.info of the instance; ``migration``:
-    the instances.Migration being finished on this host, if any (the
+    the operation.Migration being finished on this host, if any (the
     source's record of each disk's format).
     """
 
@@ -222,6 +222,7 @@ class DiskOperation:
         self._format = None
         self._refusal_logged = False
         self._qcow2 = None
+        self._backing = True
 
     @property
     def opts(self):
@@ -317,6 +318,7 @@ class DiskOperation:
         InsufficientDiskSpace when the work does not fit: the one check of
         free space before the work.
         """
+        self._backing = backing
         fs = self.fs() if self.mode.preallocates else None
         plan = diskplan.make_plan(self.opts, self.extra_specs, self.mode,
                                   fmt, virtual_size, fs, backing=backing,
@@ -344,7 +346,8 @@ class DiskOperation:
             existing = (self.raw_existing()
                         if old.fmt is diskplan.DiskFormat.RAW
                         else self.qcow2_existing())
-        return self.make_plan(old.fmt, old.virtual_size, existing=existing)
+        return self.make_plan(old.fmt, old.virtual_size, existing=existing,
+                              backing=self._backing)
 
     # -- raw allocation ---------------------------------------------------
 

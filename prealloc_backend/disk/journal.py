@@ -112,8 +112,14 @@ class Journal:
         return fmt
 
     def recover(self):
-        if self.reconcile():
-            return
+        """Recover from a crash before this disk's work starts: a
+        conversion finished or rolled back (reconcile: its format returned,
+        for a migration's record), a half-made disk removed. None when
+        there was no conversion to reconcile.
+        """
+        fmt = self.reconcile()
+        if fmt:
+            return fmt
         record = self._read()
         if (record and record.get('phase') in (CONVERTING, READY) and
                 record.get('process') == PROCESS):

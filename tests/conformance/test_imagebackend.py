@@ -27,7 +27,7 @@ from nova.tests.unit.virt.libvirt import test_imagebackend as nova_tests
 from tests.conformance import base
 
 BOTH = base.ALL_MODES
-# Why (plugin lines: prealloc_backend/backend.py).
+# Why (plugin lines: prealloc_backend/adapter/backend.py).
 COUNTS_EXISTS = (
     'mocks os.path.exists with one answer per call nova makes; the '
     'plugin\'s cache() (199-220) also checks the disk and writes its crash '

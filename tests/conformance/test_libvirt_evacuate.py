@@ -27,7 +27,7 @@ driver (LibvirtQcowEvacuateTest): nova's _Qcow2Test replaces
 touches the disk file, so that no image is fetched (nova's GlanceFixture
 serves bytes that nova's own fetch_to_raw deep inspection refuses). With
 only the driver substituted, that patch lands on nova's class, while the
-plugin's Qcow2 overrides create_image (prealloc_backend/backend.py
+plugin's Qcow2 overrides create_image (prealloc_backend/adapter/backend.py
 Qcow2.create_image: it makes its own overlays, and calls nova's method, the
 fake, only for an existing disk or in mode none). So in mode space the
 plugin's create_image runs for real on compute0's first build, fetches the

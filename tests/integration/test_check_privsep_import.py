@@ -14,7 +14,7 @@
 
 The check runs this venv's Python (the one privsep-helper starts with) to
 import the plugin, a child process that imports nova: these cases are here,
-the others in tests/unit/test_check_privsep.py (the cases they share in
+the others in tests/unit/checks/test_check_privsep.py (the cases they share in
 tests/base.py).
 """
 

@@ -359,7 +359,7 @@ class FormatModeIntegrityTestCase(IntegrityBase):
                                                               size))
         if images_type == 'qcow2':
             info = pb_fixtures.qemu_img_info(disk)
-            # Mode none makes exactly nova's overlay (policy._none_plan).
+            # Mode none makes exactly nova's overlay (diskplan._none_plan).
             self.assertEqual(self.mode != 'none',
                              info['format-specific']['data'].get(
                                  'extended-l2', False))

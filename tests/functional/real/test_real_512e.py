@@ -16,7 +16,8 @@ subclusters are 4 KiB; doc/source/admin/write-size.rst).
 
 The disks are made by the plugin's backend as nova asks for them, the
 block sizes are the ones its ``libvirt_info`` writes, and the guest
-(bench/guest.py's tiny guest with the host's mke2fs, mkfs.xfs and GNU dd)
+(bench/prealloc_bench/guest.py's tiny guest with the host's mke2fs,
+mkfs.xfs and GNU dd)
 runs under plain qemu-system-x86_64 with ``-device virtio-blk-pci,
 logical_block_size=512,physical_block_size=...``: what libvirt makes of
 ``<blockio>``. QEMU's trace of virtio_blk_handle_write counts the guest's

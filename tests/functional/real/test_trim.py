@@ -13,10 +13,10 @@
 """A real guest's TRIM on its preallocated disk, with nova's
 ``[libvirt] hw_disk_discard = unmap``.
 
-The guest (bench/guest.py, action trim) discards 512 MiB of its 1 GiB root
-disk beyond the image's data with blkdiscard, then writes 4 MiB of zeros at
-the start of that range with O_DIRECT, reports the md5 of the image's data
-and powers off. On the host, after the guest stopped:
+The guest (bench/prealloc_bench/guest.py, action trim) discards 512 MiB of
+its 1 GiB root disk beyond the image's data with blkdiscard, then writes 4
+MiB of zeros at the start of that range with O_DIRECT, reports the md5 of
+the image's data and powers off. On the host, after the guest stopped:
 
 - ``guest_discard = keep``: the disk's ``<driver discard='ignore'>``; a
   space or full disk is still allocated over its whole size; in a qcow2

@@ -10,8 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/guestxml.py: the <metadata_cache> element in the XML
-nova's own LibvirtConfigGuestDisk writes.
+"""prealloc_backend/adapter/guestxml.py: the <metadata_cache> element in the
+XML nova's own LibvirtConfigGuestDisk writes.
 """
 
 from lxml import etree

@@ -149,6 +149,29 @@ class TestFacts(base.BackendTestCase):
         self.assertIs(diskplan.RawAction.NOTHING, plan.raw_action)
         self.assertIn('without fallocate(2)', plan.warning)
 
+    def test_replanned_without_fallocate_as_it_was_planned(self):
+        # A standalone qcow2 disk (no backing file, no extended_l2) planned
+        # again once fallocate(2) proved unsupported: still standalone, so
+        # fallocate_unsupported = zero-fill gives preallocation=full (an
+        # overlay's plan would stay thin: no extended_l2).
+        self.flags(mode='space', fallocate_unsupported='zero-fill',
+                   group='prealloc_backend')
+        path = os.path.join(self.instances_path, 'disk')
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-o',
+                        'extended_l2=off', path, str(units.Mi)], check=True)
+        op = self._op(path)
+        plan = op.make_plan(diskplan.DiskFormat.QCOW2, units.Mi,
+                            existing=op.qcow2_existing(), backing=False)
+        self.assertIs(qcow2_layout.Qcow2Preallocation.FALLOC,
+                      plan.preallocation)
+        fsprobe.record_unsupported(self.instances_path)
+        self.addCleanup(fsprobe.forget)
+        plan = op.replan_without_fallocate()
+        self.assertIs(qcow2_layout.Qcow2Preallocation.FULL,
+                      plan.preallocation)
+        self.assertIs(diskplan.RawAction.ZERO_FILL,
+                      operation.raw_action(plan))
+
     def test_refusal_decided_once_and_logged_once(self):
         path = os.path.join(self.instances_path, 'disk')
         with open(path, 'wb') as f:

@@ -12,7 +12,7 @@
 
 """bench/prealloc_bench/guest_writes.py: the in-guest workload's sizes
 and what it says when no guest can run (booting guests is in
-tests/unit/test_bench_guest.py and the real tier).
+tests/unit/bench/test_bench_guest.py and the real tier).
 """
 
 import dataclasses

@@ -11,7 +11,8 @@
 # under the License.
 
 """bench/prealloc_bench/report.py: ratios, number formats, tables and
-the JSON file (targets and whole reports are in tests/unit/test_bench.py).
+the JSON file (targets and whole reports are in
+tests/unit/bench/test_bench.py).
 """
 
 import json

@@ -13,7 +13,7 @@
 """prealloc_backend.disk.formats: a disk's format from nova's records, the
 header read only to refuse a disagreement, and the checks of a qcow2 disk
 and of a base image; real files, real qemu-img. (The same rules through
-the image classes: tests/unit/test_backend.py TestFormatFromRecords.)
+the image classes: tests/unit/adapter/test_backend.py TestFormatFromRecords.)
 """
 
 import json

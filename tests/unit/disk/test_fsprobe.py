@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/fsprobe.py on this machine's own filesystem.
+"""prealloc_backend/disk/fsprobe.py on this machine's own filesystem.
 
 Filesystems without fallocate(2) (ext4 without extents, ext3) need a loop
 mount, so root: tests/privileged/test_loop_filesystems.py probes them for

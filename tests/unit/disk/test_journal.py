@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/journal.py: the crash journal beside a disk being made
+"""prealloc_backend/disk/journal.py: the crash journal beside a disk being made
 (recovery through nova's spawns is in test_faults.py).
 """
 
@@ -90,7 +90,8 @@ class ReconcileTestCase(base.TestCase):
 
     def test_ready_is_finished_by_recover_too(self):
         self.journal(journal.READY)
-        journal.Journal(self.disk).recover()
+        # The format it finished, for a migration's record (backend.py).
+        self.assertEqual('qcow2', journal.Journal(self.disk).recover())
         self.assert_reconciled('qcow2')
 
     def test_a_conversion_of_this_process_is_left_alone(self):

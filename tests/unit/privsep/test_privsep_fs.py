@@ -14,7 +14,7 @@
 they accept, on real files in a temporary instances_path, in-process.
 
 The refusals (paths, sizes, races) a compromised nova-compute could send
-are the theme of tests/unit/test_privsep.py; the real daemon is in
+are the theme of tests/unit/privsep/test_privsep.py; the real daemon is in
 tests/privileged.
 """
 

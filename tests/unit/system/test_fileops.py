@@ -10,7 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/fileops.py on real files of this machine's filesystem.
+"""prealloc_backend/system/fileops.py on real files of this machine's
+filesystem.
 
 fallocate(2), SEEK_DATA/SEEK_HOLE, FIEMAP and the OFD locks are the
 kernel's own; what each call did is read back independently (os.stat's

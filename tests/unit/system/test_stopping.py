@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/stopping.py: real signals sent to this process, real
+"""prealloc_backend/system/stopping.py: real signals sent to this process, real
 child processes (sleep, sh) killed (the bench run end to end is in
 tests/integration/test_bench_signals.py).
 """
