@@ -99,6 +99,10 @@ platform_sync() {
     --exclude=/.stestr --exclude='*.egg-info' --exclude=/doc/build \
     --exclude=/releasenotes/build --exclude=__pycache__ \
     "$TOP/" "$dst/"
+  # The copy's own egg-info (setuptools' metadata of an editable install)
+  # is kept by --delete as excluded: stale, it names old entry points,
+  # which importlib.metadata finds before the installed ones.
+  find "$dst" -maxdepth 2 -name '*.egg-info' -prune -exec rm -rf {} +
   if [ ! -d "$dst/.git" ]; then
     rm -f "$dst/.git"
     git init -q "$dst"
