@@ -236,22 +236,15 @@ class DiskOperation:
             self._fs = fsprobe.facts(os.path.dirname(self.path))
         return self._fs
 
-    def recorded_format(self):
-        """(format, where it is recorded) by nova's records (the source
-        host's while a migration is finished here).
-        """
-        return formats.recorded_format(
-            self.path, self.disk_info_path, self.made_as,
-            migration_format=self._migration_format())
-
     def _migration_format(self):
         if self.migration is None:
             return None
         return self.migration.format_of(self.path)
 
     def disk_format(self):
-        """formats.disk_format of this existing disk, decided once (the
-        refusal too: raised again on each call, never re-read).
+        """The DiskFormat of this existing disk (formats.checked_format),
+        decided once (the refusal too: raised again on each call, never
+        re-read).
         """
         if self._format is None:
             try:
@@ -270,8 +263,9 @@ class DiskOperation:
         return self._format
 
     def existing_format(self):
-        """disk_format, or None where it is refused: logged once, the disk
-        left as it is (formats.existing_format's rule).
+        """disk_format, or None where it is refused (a disk that already
+        holds a guest's data: its start is never failed for it): the
+        refusal logged once, the disk left as it is.
         """
         try:
             return self.disk_format()

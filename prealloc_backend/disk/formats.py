@@ -21,7 +21,7 @@ nova's disk.info, else the backend that made the disk
 (``recorded_format``). The header (its
 first HEADER_PREFIX bytes, whatever it says) is read (format_inspector, no
 qemu-img) only to refuse a disk whose header and record disagree
-(``disk_format``), never when the record says raw; a qcow2 disk is
+(``checked_format``), never when the record says raw; a qcow2 disk is
 checked (``check_qcow2_disk``) before any qemu-img command other than
 ``info -f qcow2`` runs on it.
 
@@ -260,14 +260,6 @@ def recorded_format(path, disk_info_path, made_as, migration_format=None):
     if fmt:
         return fmt, disk_info_path
     return made_as, 'the %s backend that made it' % made_as
-
-
-def disk_format(path, disk_info_path, made_as, migration_format=None):
-    """The DiskFormat of the existing disk at ``path``: checked_format's
-    first answer.
-    """
-    return checked_format(path, disk_info_path, made_as,
-                          migration_format)[0]
 
 
 def checked_format(path, disk_info_path, made_as, migration_format=None):

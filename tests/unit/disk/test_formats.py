@@ -180,20 +180,20 @@ class TestDiskFormat(FormatsTestCase):
         self.qcow2(self.disk)
         formats.record_format(self.disk, 'raw')
         self.assertIs(diskplan.DiskFormat.RAW,
-                      formats.disk_format(self.disk, self.disk_info,
-                                          'qcow2'))
+                      formats.checked_format(self.disk, self.disk_info,
+                                             'qcow2')[0])
 
     def test_recorded_qcow2_with_raw_header_refused(self):
         self.raw(self.disk)
         exc = self.assertRaises(exception.DiskFormatMismatch,
-                                formats.disk_format, self.disk,
+                                formats.checked_format, self.disk,
                                 self.disk_info, 'qcow2')
         self.assertIn(self.disk, str(exc))
 
     def test_other_recorded_format_refused(self):
         formats.record_format(self.disk, 'vmdk')
         self.assertRaises(nova_exception.InvalidDiskFormat,
-                          formats.disk_format, self.disk, self.disk_info,
+                          formats.checked_format, self.disk, self.disk_info,
                           'raw')
 
     def test_unrecorded_raw_backend_disk(self):
@@ -302,8 +302,8 @@ class TestBoundedInspection(FormatsTestCase):
         for kind in GUEST_HEADERS:
             with self.subTest(kind=kind):
                 self.guest_disk(kind)
-                self.assertIs(diskplan.DiskFormat.RAW, formats.disk_format(
-                    self.disk, self.disk_info, 'qcow2'))
+                self.assertIs(diskplan.DiskFormat.RAW, formats.checked_format(
+                    self.disk, self.disk_info, 'qcow2')[0])
                 self.assertNotIn(self.disk, self.inspected.fed)
 
     def test_recorded_qcow2_read_within_the_prefix(self):
@@ -317,7 +317,7 @@ class TestBoundedInspection(FormatsTestCase):
                                   formats.migration_record, self.disk,
                                   'qcow2')
                 self.assertRaises(exception.DiskFormatMismatch,
-                                  formats.disk_format, self.disk,
+                                  formats.checked_format, self.disk,
                                   self.disk_info, 'qcow2')
                 self.assertLessEqual(self.inspected.fed[self.disk],
                                      2 * formats.HEADER_PREFIX)
