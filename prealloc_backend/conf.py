@@ -82,7 +82,16 @@ GUEST_DISCARD_CHOICES = [
     ('keep', "A guest's TRIM/discard on a disk in mode metadata, space or "
              "full is ignored by QEMU (the disk's <driver discard='ignore'>):"
              ' the reserved blocks and the qcow2 layout stay for the '
-             "disk's whole life."),
+             "disk's whole life. Where QEMU and libvirt have qcow2's "
+             'discard-no-unref, qcow2 disks of mode metadata use it '
+             "(discard='unmap' discard_no_unref='on'): the range reads "
+             'zeros and its clusters keep their place.'),
+    ('zero', "As keep, and where QEMU and libvirt have qcow2's "
+             'discard-no-unref, qcow2 disks of modes space and full use it '
+             'too: the range reads zeros, snapshots skip it and the '
+             'clusters keep their place, but the host blocks under it are '
+             'freed until the plugin reserves them again, at the next '
+             'definition of the guest.'),
     ('reclaim', "nova's [libvirt] hw_disk_discard applies unchanged: with "
                 "'unmap' a guest's TRIM frees the host blocks it covers, "
                 'and the reservation and layout of those ranges are lost.'),
@@ -244,9 +253,25 @@ the mode was chosen to avoid. ``keep`` (the default) writes
 ``full`` (raw disks of mode ``metadata`` have nothing reserved and keep
 nova's value); the guest's TRIM then succeeds and changes nothing on the
 host. ``reclaim`` leaves nova's value: thin reclaim wins over the
-reservation. Disks of mode ``none`` always keep nova's value. Applied to
-the guest XML at every (re)definition, so existing instances change at
-their next hard reboot, resize or migration.
+reservation. Disks of mode ``none`` always keep nova's value.
+
+Where the host's QEMU (8.1 and later) and libvirt (9.5 and later) have
+qcow2's ``discard-no-unref`` (asked of them once per process, not read
+from version numbers), a qcow2 disk can drop the data of a TRIM and keep
+its clusters' place: ``discard='unmap' discard_no_unref='on'``. The range
+then reads zeros, a snapshot or ``qemu-img convert`` skips it, and the
+next write there allocates no cluster. libvirt gives the same ``discard``
+to the file under the image, so QEMU also frees the host blocks under the
+range. With ``keep``, qcow2 disks of mode ``metadata`` (which reserve no
+data blocks) get it; with ``zero``, those of modes ``space`` and ``full``
+too, and the plugin reserves the freed blocks again (fallocate(2), contents
+untouched) each time it defines the guest: between a TRIM and the guest's
+next start, hard reboot, resize or migration those blocks are not
+reserved. Raw disks and hosts without the capability behave as ``keep``.
+``prealloc-backend check`` says what a TRIM does on this host, and why.
+
+Applied to the guest XML at every (re)definition, so existing instances
+change at their next hard reboot, resize or migration.
 """),
     cfg.BoolOpt('advertise_physical_block_size',
         default=True,

@@ -192,16 +192,51 @@ case "$action" in
   len=$(arg prealloc_trim_mib 512)
   mib=$(arg prealloc_mib 4)
   md5_mib=$(arg prealloc_md5_mib 1)
-  blkdiscard -o $((off * 1048576)) -l $((len * 1048576)) "/dev/$dev" \
-     2>/tmp/trim.err
-  trc=$?
-  dd if=/dev/zero of="/dev/$dev" bs=1M seek="$off" count="$mib" \
-     oflag=direct conv=fsync 2>/tmp/dd.err
-  wrc=$?
+  fill=$(arg prealloc_trim_fill_mib 0)
+  # The disk's last sector says this disk was trimmed by an earlier boot:
+  # a later boot (hard reboot, start) only reports what it reads.
+  mark=$((size / 512 - 1))
+  seen=$(dd if="/dev/$dev" bs=512 skip="$mark" count=1 2>/dev/null |
+         head -c 16)
+  frc=0
+  trc=0
+  wrc=0
+  if [ "$seen" = prealloc-trimmed ]; then
+    again=1
+  else
+    again=0
+    if [ "$fill" -gt 0 ]; then
+      # Data in the range before the TRIM (0xaa): what a TRIM that is
+      # ignored leaves readable and one that is honoured drops.
+      tr '\0' '\252' </dev/zero |
+        dd of="/dev/$dev" bs=1M seek="$off" count="$fill" iflag=fullblock \
+           oflag=direct conv=fsync 2>/tmp/fill.err
+      frc=$?
+    fi
+    blkdiscard -o $((off * 1048576)) -l $((len * 1048576)) "/dev/$dev" \
+       2>/tmp/trim.err
+    trc=$?
+    dd if=/dev/zero of="/dev/$dev" bs=1M seek="$off" count="$mib" \
+       oflag=direct conv=fsync 2>/tmp/dd.err
+    wrc=$?
+    printf prealloc-trimmed |
+      dd of="/dev/$dev" bs=512 seek="$mark" conv=sync,fsync 2>/dev/null
+  fi
   md5=$(head -c $((md5_mib * 1048576)) "/dev/$dev" | md5sum | cut -d' ' -f1)
+  zeroed=none
+  if [ "$fill" -gt 0 ]; then
+    # What the guest reads in the filled part of the range after its TRIM
+    # (the page cache of the range was dropped by BLKDISCARD).
+    got=$(dd if="/dev/$dev" bs=1M skip="$off" count="$fill" 2>/dev/null |
+          md5sum | cut -d' ' -f1)
+    zero=$(head -c $((fill * 1048576)) /dev/zero | md5sum | cut -d' ' -f1)
+    if [ "$got" = "$zero" ]; then zeroed=yes; else zeroed=no; fi
+  fi
   echo "$M trim off_mib=$off mib=$len rc=$trc write_mib=$mib" \
-       "write_rc=$wrc md5_mib=$md5_mib md5=$md5"
-  sed "s/^/$M blkdiscard: /" /tmp/trim.err
+       "write_rc=$wrc md5_mib=$md5_mib md5=$md5 fill_mib=$fill" \
+       "fill_rc=$frc zeroed=$zeroed again=$again"
+  sed "s/^/$M blkdiscard: /" /tmp/trim.err 2>/dev/null
+  sed "s/^/$M fill: /" /tmp/fill.err 2>/dev/null
   echo "$M done"
   halt_guest
   ;;
@@ -729,7 +764,8 @@ def build_guest(cache=None, download=False, tools=()):
 
 def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
                    console='ttyS0', trim_off_mib=128, trim_mib=512,
-                   step=STEP_NONE, count=64, sector=1, fs='ext4'):
+                   trim_fill_mib=0, step=STEP_NONE, count=64, sector=1,
+                   fs='ext4'):
     """The guest kernel command line for ``action``.
 
     ``blockio``: report the disk's queue limits (logical and physical
@@ -738,9 +774,13 @@ def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
     other sector from ``sector``), report the disk's write count and the
     md5 of the ``2 * count`` sectors from ``sector`` and power off.
 
-    ``trim``: discard ``trim_mib`` MiB from ``trim_off_mib`` (blkdiscard),
-    then write ``mib`` MiB of zeros at ``trim_off_mib`` (O_DIRECT), report
-    the md5 of the first ``md5_mib`` MiB and power off.
+    ``trim``: write ``trim_fill_mib`` MiB of 0xaa at ``trim_off_mib``,
+    discard ``trim_mib`` MiB from ``trim_off_mib`` (blkdiscard), then write
+    ``mib`` MiB of zeros at ``trim_off_mib`` (O_DIRECT, both writes), mark
+    the disk's last sector, report the md5 of the first ``md5_mib`` MiB and
+    whether the filled range reads zeros (``zeroed``), and power off. A
+    boot that finds the mark (a later start of the same disk) only reports
+    (``again=1``).
     """
     # no_timer_check: under TCG on a busy host the kernel's check that
     # the 8254 timer reaches the IO-APIC can time out ("MP-BIOS bug: 8254
@@ -757,7 +797,8 @@ def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
         words.extend(['prealloc_mib=%d' % int(mib),
                       'prealloc_md5_mib=%d' % int(md5_mib),
                       'prealloc_trim_off_mib=%d' % int(trim_off_mib),
-                      'prealloc_trim_mib=%d' % int(trim_mib)])
+                      'prealloc_trim_mib=%d' % int(trim_mib),
+                      'prealloc_trim_fill_mib=%d' % int(trim_fill_mib)])
     elif action == ACTION_BLOCKIO:
         if step not in BLOCKIO_STEPS:
             raise ValueError('blockio step %r: allowed steps are %s' %

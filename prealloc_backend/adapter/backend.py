@@ -62,6 +62,7 @@ from prealloc_backend import conf
 from prealloc_backend.disk import allocate
 from prealloc_backend.disk import extend
 from prealloc_backend.disk import formats
+from prealloc_backend.disk import hostcaps
 from prealloc_backend.disk import journal
 from prealloc_backend.disk import qcow2
 from prealloc_backend import exception
@@ -400,9 +401,12 @@ class _PreallocImage:
         info = super().libvirt_info(cache_mode, extra_specs,
                                     boot_order=boot_order,
                                     disk_unit=disk_unit)
-        info.driver_discard = diskplan.guest_discard(
-            plan.mode, plan.fmt, info.driver_discard,
-            self._opts.guest_discard)
+        discard = self._guest_discard(plan, info.driver_discard)
+        info.driver_discard = discard.discard
+        if discard.no_unref:
+            info = guestxml.with_discard_no_unref(info)
+        if discard.reserve_again:
+            self._reserve_again()
         if plan.physical_block_size:
             # <blockio>: a 512e disk whose physical block is a subcluster.
             info.physical_block_size = str(plan.physical_block_size)
@@ -410,6 +414,38 @@ class _PreallocImage:
             info = guestxml.with_metadata_cache(info,
                                                 plan.metadata_cache_bytes)
         return info
+
+    def _guest_discard(self, plan, nova_discard):
+        """diskplan.GuestDiscard of this disk; the host's QEMU and libvirt
+        are asked about discard-no-unref (once per process) only for the
+        disks that could use it.
+        """
+        choice = self._opts.guest_discard
+        no_unref = False
+        if (nova_discard == 'unmap' and choice != 'reclaim' and
+                plan.fmt is diskplan.DiskFormat.QCOW2 and
+                plan.mode.preallocates):
+            no_unref = hostcaps.discard_no_unref().supported
+        return diskplan.guest_discard(plan.mode, plan.fmt, nova_discard,
+                                      choice, no_unref=no_unref)
+
+    def _reserve_again(self):
+        """Reserve again the blocks a guest's discard freed under a disk
+        of mode space or full with discard-no-unref (guest_discard =
+        zero): fallocate(2) of the file's holes, contents untouched, safe
+        on a file QEMU has open. A failure is logged, never raised: the
+        guest runs as it did with the blocks it has.
+        """
+        if not os.path.exists(self.path):
+            return
+        try:
+            if not allocate.fallocate_file(self.path):
+                LOG.warning('Not reserving %s again after guest discards: '
+                            'its filesystem has no fallocate(2)', self.path)
+        except (exception.PreallocError, OSError) as exc:
+            LOG.warning('Could not reserve %(path)s again after guest '
+                        'discards: %(err)s', {'path': self.path,
+                                              'err': exc})
 
     def _plan_as_is(self, extra_specs):
         """The plan of this disk as it is (diskplan.disk_as_is), kept as

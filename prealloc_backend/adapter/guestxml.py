@@ -10,41 +10,64 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Guest XML: the qcow2 metadata cache element nova's config does not know.
+"""Guest XML: what nova's disk config does not know how to write.
 
-nova's LibvirtConfigGuestDisk writes only attributes of ``<driver>``;
-libvirt (7.0+) also accepts, for the top image of a qcow2 disk::
+nova's LibvirtConfigGuestDisk writes only the ``<driver>`` attributes it
+knows; libvirt also accepts, for the top image of a qcow2 disk::
 
-    <driver name='qemu' type='qcow2'>
+    <driver name='qemu' type='qcow2' discard='unmap' discard_no_unref='on'>
       <metadata_cache><max_size unit='bytes'>N</max_size></metadata_cache>
     </driver>
 
-and turns it into the qcow2 node's ``cache-size`` on the QEMU command line.
+``<metadata_cache>`` (libvirt 7.0) becomes the qcow2 node's
+``cache-size``; ``discard_no_unref`` (libvirt 9.5, QEMU 8.1) the qcow2
+node's ``discard-no-unref``: the plugin writes it only where the host has
+both (disk.hostcaps).
 """
 
 from lxml import etree
 from nova.virt.libvirt import config as vconfig
 
 
-class MetadataCacheDisk(vconfig.LibvirtConfigGuestDisk):
-    """A guest disk whose ``<driver>`` carries ``<metadata_cache>``."""
+class PreallocDisk(vconfig.LibvirtConfigGuestDisk):
+    """A guest disk whose ``<driver>`` may carry ``<metadata_cache>`` and
+    ``discard_no_unref``.
+    """
 
     metadata_cache_max_size = None
+    discard_no_unref = False
 
     def format_dom(self):
         dev = super().format_dom()
+        if not (self.metadata_cache_max_size or self.discard_no_unref):
+            return dev
+        driver = dev.find('driver')
+        if driver is None:
+            driver = etree.SubElement(dev, 'driver')
+        if self.discard_no_unref:
+            driver.set('discard_no_unref', 'on')
         if self.metadata_cache_max_size:
-            driver = dev.find('driver')
-            if driver is None:
-                driver = etree.SubElement(dev, 'driver')
             cache = etree.SubElement(driver, 'metadata_cache')
             max_size = etree.SubElement(cache, 'max_size', unit='bytes')
             max_size.text = str(self.metadata_cache_max_size)
         return dev
 
 
+def _prealloc_disk(disk):
+    if not isinstance(disk, PreallocDisk):
+        disk.__class__ = PreallocDisk
+    return disk
+
+
 def with_metadata_cache(disk, max_size):
     """Make ``disk`` (a LibvirtConfigGuestDisk) emit a metadata cache."""
-    disk.__class__ = MetadataCacheDisk
+    disk = _prealloc_disk(disk)
     disk.metadata_cache_max_size = int(max_size)
+    return disk
+
+
+def with_discard_no_unref(disk):
+    """Make ``disk`` emit ``discard_no_unref='on'``."""
+    disk = _prealloc_disk(disk)
+    disk.discard_no_unref = True
     return disk

@@ -16,6 +16,7 @@ qemu-img (qemu.py) and qcow2 overlays, growth and re-layout (qcow2.py);
 the blocks of raw files (allocate.py, through the privileged daemon) and
 their growth (extend.py); a disk's format from nova's records and the
 safety checks of its header (formats.py); the facts of a filesystem
-(fsprobe.py); the crash journal beside a disk being made (journal.py).
+(fsprobe.py); the crash journal beside a disk being made (journal.py);
+what the host's QEMU and libvirt can do (hostcaps.py).
 They decide nothing the plan does not say.
 """

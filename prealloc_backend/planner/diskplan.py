@@ -117,24 +117,61 @@ def host_disk_format(images_type, use_cow_images):
     return None
 
 
-def guest_discard(mode, fmt, nova_discard, choice):
-    """The ``<driver discard=...>`` of a disk: ``nova_discard`` (nova's
-    ``[libvirt] hw_disk_discard``, None when unset) unless a guest's
-    discard would free what ``mode`` reserved and ``choice`` (the option
-    ``guest_discard``) is ``keep``: then ``'ignore'``.
+@dataclasses.dataclass(frozen=True)
+class GuestDiscard:
+    """What a disk's ``<driver>`` says about a guest's discards.
 
-    What a discard frees: in a qcow2 disk of mode metadata, space or full,
-    the clusters' place in the image (and for space and full the file's
-    blocks); in a raw disk of mode space or full, the file's blocks. A raw
-    disk of mode metadata is thin and has nothing to lose.
+    ``discard``: the ``discard`` attribute (None: unset); ``no_unref``:
+    ``discard_no_unref='on'`` too (qcow2's discard-no-unref: the discarded
+    clusters read zeros and keep their place in the image);
+    ``reserve_again``: a guest's discard frees blocks the disk's mode
+    reserves, which the caller reserves again whenever it defines the
+    guest.
     """
-    if nova_discard != 'unmap' or choice != 'keep':
-        return nova_discard
+
+    discard: str = None
+    no_unref: bool = False
+    reserve_again: bool = False
+
+
+def guest_discard(mode, fmt, nova_discard, choice, no_unref=False):
+    """The GuestDiscard of a disk of ``mode`` and ``fmt``.
+
+    ``nova_discard``: nova's ``[libvirt] hw_disk_discard`` (None when
+    unset); ``choice``: the option ``guest_discard``; ``no_unref``: this
+    host's QEMU and libvirt have qcow2's discard-no-unref
+    (disk.hostcaps).
+
+    Without ``unmap`` from nova, or with ``reclaim``, nova's value stands.
+    Otherwise what a discard would take from what ``mode`` reserved is
+    kept:
+
+    - qcow2, mode metadata: the clusters' place in the image. Where the
+      host has discard-no-unref, ``unmap`` with it keeps that place and
+      drops the data (the mode reserves no data blocks); elsewhere
+      ``ignore``.
+    - qcow2, modes space and full: the clusters' place and the file's
+      blocks. ``keep``: ``ignore``. ``zero``, where the host has
+      discard-no-unref: ``unmap`` with it, which drops the data and keeps
+      the place, but lets QEMU punch the file under the range (libvirt
+      sets the same ``discard`` on the file node and cannot say
+      ``pass-discard-request=off``): the caller reserves those blocks
+      again (``reserve_again``). Elsewhere as ``keep``.
+    - raw, modes space and full: the file's blocks: ``ignore``. A raw disk
+      of mode metadata is thin and has nothing to lose.
+    """
+    if nova_discard != 'unmap' or choice == 'reclaim':
+        return GuestDiscard(nova_discard)
     if fmt is DiskFormat.QCOW2:
-        reserved = mode.preallocates
-    else:
-        reserved = mode in (Mode.SPACE, Mode.FULL)
-    return 'ignore' if reserved else nova_discard
+        if not mode.preallocates:
+            return GuestDiscard(nova_discard)
+        if no_unref and (mode is Mode.METADATA or choice == 'zero'):
+            return GuestDiscard('unmap', no_unref=True,
+                                reserve_again=mode is not Mode.METADATA)
+        return GuestDiscard('ignore')
+    if mode in (Mode.SPACE, Mode.FULL):
+        return GuestDiscard('ignore')
+    return GuestDiscard(nova_discard)
 
 
 def _none_plan(fmt, virtual_size, existing):

@@ -283,12 +283,14 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
             self.base_md5 = md5_of_file(base, units.Mi)
         return self._images['kernel'], self._images['ramdisk']
 
-    def image(self, disk_format, action=pb_guest.ACTION_IDLE, mib=64):
+    def image(self, disk_format, action=pb_guest.ACTION_IDLE, mib=64,
+              **cmdline):
         """A Glance image of the tiny guest whose root disk is a small
-        ``disk_format`` image with non-zero data; ``action`` and ``mib``
-        go on the guest's command line.
+        ``disk_format`` image with non-zero data; ``action``, ``mib`` and
+        ``cmdline`` (pb_guest.kernel_cmdline's other arguments) go on the
+        guest's command line.
         """
-        key = (disk_format, action, mib)
+        key = (disk_format, action, mib) + tuple(sorted(cmdline.items()))
         if key in self._images:
             return self._images[key]
         kernel_id, ramdisk_id = self._guest_files()
@@ -305,7 +307,8 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
         self._images[key] = self._glance_image(
             'prealloc-guest-%s-%s' % (disk_format, action), disk_format, data,
             {'kernel_id': kernel_id, 'ramdisk_id': ramdisk_id,
-             'os_command_line': pb_guest.kernel_cmdline(action, mib=mib),
+             'os_command_line': pb_guest.kernel_cmdline(action, mib=mib,
+                                                        **cmdline),
              'hw_disk_bus': 'virtio', 'hw_video_model': 'none'})
         return self._images[key]
 

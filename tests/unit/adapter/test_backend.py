@@ -19,6 +19,7 @@ non-zero content. Every assertion reads the real file: st_blocks, qemu-img
 info / map / compare.
 """
 
+import hashlib
 import json
 import logging
 import os
@@ -37,6 +38,7 @@ from prealloc_backend.adapter import backend
 from prealloc_backend.adapter import operation
 from prealloc_backend.disk import allocate
 from prealloc_backend.disk import formats
+from prealloc_backend.disk import hostcaps
 from prealloc_backend.disk import journal
 from prealloc_backend.disk import qemu
 from prealloc_backend import exception
@@ -285,8 +287,16 @@ class TestGuestXML(base.BackendTestCase):
 
 class TestGuestDiscard(base.BackendTestCase):
     """The <driver discard=...> each disk gets with nova's
-    hw_disk_discard = unmap (what a guest's TRIM does on the host).
+    hw_disk_discard = unmap (what a guest's TRIM does on the host), on a
+    host without discard-no-unref (mocked: this tier runs on whichever
+    QEMU the machine has; TestGuestDiscardNoUnref has the other answer).
     """
+
+    def setUp(self):
+        super().setUp()
+        self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.disk.hostcaps.discard_no_unref',
+            return_value=hostcaps.Answer(False, 'mocked')))
 
     def discard(self, fmt, mode, **flags):
         self.flags(hw_disk_discard='unmap', group='libvirt')
@@ -324,6 +334,71 @@ class TestGuestDiscard(base.BackendTestCase):
         self.cache(img, fmt='qcow2')
         dev = etree.fromstring(img.libvirt_info('none', {}).to_xml())
         self.assertIsNone(dev.find('driver').get('discard'))
+
+
+class TestGuestDiscardNoUnref(base.BackendTestCase):
+    """discard-no-unref where the host has it. The host's answer
+    (disk.hostcaps) is mocked: this tier runs on one QEMU and libvirt and
+    must see both answers; the real probe and a real guest's TRIM run in
+    the real tier on both platforms (tests/functional/real/test_trim.py).
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.flags(hw_disk_discard='unmap', group='libvirt')
+        self.probe = self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.disk.hostcaps.discard_no_unref',
+            return_value=hostcaps.Answer(True, 'mocked'))).mock
+
+    def driver(self, img):
+        dev = etree.fromstring(img.libvirt_info('none', {}).to_xml())
+        driver = dev.find('driver')
+        return driver.get('discard'), driver.get('discard_no_unref')
+
+    def test_keep_uses_it_for_metadata_only(self):
+        for mode, want in (('metadata', ('unmap', 'on')),
+                           ('space', ('ignore', None)),
+                           ('full', ('ignore', None))):
+            img = self.image('qcow2', mode)
+            self.cache(img, fmt='qcow2')
+            self.assertEqual(want, self.driver(img), mode)
+
+    def test_host_without_it(self):
+        self.probe.return_value = hostcaps.Answer(False, 'mocked')
+        self.flags(guest_discard='zero', group='prealloc_backend')
+        img = self.image('qcow2', 'metadata')
+        self.cache(img, fmt='qcow2')
+        self.assertEqual(('ignore', None), self.driver(img))
+
+    def test_zero_reserves_the_trimmed_blocks_again(self):
+        self.flags(guest_discard='zero', group='prealloc_backend')
+        img = self.image('qcow2', 'space')
+        self.cache(img, fmt='qcow2')
+        before = pb_fixtures.allocated(img.path)
+        # What QEMU does to the file under a guest's discard with
+        # discard-no-unref: a hole (the clusters keep their place).
+        size = os.path.getsize(img.path)
+        subprocess.run(['fallocate', '--punch-hole', '--keep-size',
+                        '--offset', str(size - 8 * units.Mi), '--length',
+                        str(4 * units.Mi), img.path], check=True)
+        self.assertLess(pb_fixtures.allocated(img.path), before)
+        with open(img.path, 'rb') as f:
+            content = hashlib.md5(f.read()).hexdigest()
+        self.assertEqual(('unmap', 'on'), self.driver(img))
+        self.assertGreaterEqual(pb_fixtures.allocated(img.path), before)
+        with open(img.path, 'rb') as f:
+            self.assertEqual(content, hashlib.md5(f.read()).hexdigest())
+
+    def test_not_asked_where_it_cannot_matter(self):
+        for fmt, mode, flags in (('raw', 'space', {}),
+                                 ('qcow2', 'none', {}),
+                                 ('qcow2', 'space',
+                                  {'guest_discard': 'reclaim'})):
+            self.flags(group='prealloc_backend', **flags)
+            img = self.image(fmt, mode)
+            self.cache(img, fmt=fmt, filename='base-' + fmt)
+            self.assertIsNone(self.driver(img)[1])
+        self.probe.assert_not_called()
 
 
 class TestFailures(base.BackendTestCase):

@@ -10,8 +10,9 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""prealloc_backend/adapter/guestxml.py: the <metadata_cache> element in the
-XML nova's own LibvirtConfigGuestDisk writes.
+"""prealloc_backend/adapter/guestxml.py: the <metadata_cache> element and
+the discard_no_unref attribute in the XML nova's own LibvirtConfigGuestDisk
+writes.
 """
 
 from lxml import etree
@@ -62,3 +63,36 @@ class MetadataCacheTestCase(base.TestCase):
         guestxml.with_metadata_cache(disk, 4096)
         self.assertEqual('4096', etree.fromstring(disk.to_xml()).findtext(
             'driver/metadata_cache/max_size'))
+
+
+class DiscardNoUnrefTestCase(base.TestCase):
+
+    disk = MetadataCacheTestCase.disk
+
+    def test_attribute_beside_novas(self):
+        disk = self.disk()
+        disk.driver_discard = 'unmap'
+        guestxml.with_discard_no_unref(disk)
+        driver = etree.fromstring(disk.to_xml()).find('driver')
+        self.assertEqual(('qemu', 'qcow2', 'unmap', 'on'),
+                         (driver.get('name'), driver.get('type'),
+                          driver.get('discard'),
+                          driver.get('discard_no_unref')))
+        self.assertIsNone(driver.find('metadata_cache'))
+
+    def test_with_metadata_cache_either_order(self):
+        def cache(disk):
+            return guestxml.with_metadata_cache(disk, 65536)
+
+        for first, second in ((guestxml.with_discard_no_unref, cache),
+                              (cache, guestxml.with_discard_no_unref)):
+            disk = second(first(self.disk()))
+            driver = etree.fromstring(disk.to_xml()).find('driver')
+            self.assertEqual('on', driver.get('discard_no_unref'))
+            self.assertEqual('65536', driver.findtext(
+                'metadata_cache/max_size'))
+
+    def test_not_written_unless_asked(self):
+        disk = guestxml.with_metadata_cache(self.disk(), 65536)
+        driver = etree.fromstring(disk.to_xml()).find('driver')
+        self.assertIsNone(driver.get('discard_no_unref'))

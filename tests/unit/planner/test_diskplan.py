@@ -278,19 +278,45 @@ class TestGuestDiscard(base.TestCase):
 
     def test_every_case(self):
         q, r = DiskFormat.QCOW2, DiskFormat.RAW
-        ignore = {(q, Mode.METADATA), (q, Mode.SPACE), (q, Mode.FULL),
-                  (r, Mode.SPACE), (r, Mode.FULL)}
+        reserved = {(q, Mode.METADATA), (q, Mode.SPACE), (q, Mode.FULL),
+                    (r, Mode.SPACE), (r, Mode.FULL)}
         for fmt in (q, r):
             for mode in Mode:
                 for nova in (None, 'ignore', 'unmap'):
-                    for choice in ('keep', 'reclaim'):
-                        want = ('ignore' if (fmt, mode) in ignore and
-                                nova == 'unmap' and choice == 'keep'
-                                else nova)
-                        self.assertEqual(
-                            want, diskplan.guest_discard(mode, fmt, nova,
-                                                       choice),
-                            (fmt, mode, nova, choice))
+                    for choice in ('keep', 'zero', 'reclaim'):
+                        for capable in (False, True):
+                            if (fmt, mode) not in reserved or \
+                                    nova != 'unmap' or choice == 'reclaim':
+                                want = diskplan.GuestDiscard(nova)
+                            elif capable and fmt is q and (
+                                    mode is Mode.METADATA or
+                                    choice == 'zero'):
+                                want = diskplan.GuestDiscard(
+                                    'unmap', no_unref=True,
+                                    reserve_again=mode is not Mode.METADATA)
+                            else:
+                                want = diskplan.GuestDiscard('ignore')
+                            self.assertEqual(
+                                want,
+                                diskplan.guest_discard(mode, fmt, nova,
+                                                       choice,
+                                                       no_unref=capable),
+                                (fmt, mode, nova, choice, capable))
+
+    def test_the_promises(self):
+        # Whatever the host, keep never lets a TRIM free the blocks of a
+        # space or full disk, and only zero reserves again.
+        for fmt in DiskFormat:
+            for capable in (False, True):
+                for mode in (Mode.SPACE, Mode.FULL):
+                    keep = diskplan.guest_discard(mode, fmt, 'unmap', 'keep',
+                                                  no_unref=capable)
+                    self.assertEqual('ignore', keep.discard)
+                    self.assertFalse(keep.reserve_again)
+        zero = diskplan.guest_discard(Mode.FULL, DiskFormat.QCOW2, 'unmap',
+                                      'zero', no_unref=True)
+        self.assertEqual(('unmap', True, True),
+                         (zero.discard, zero.no_unref, zero.reserve_again))
 
 
 class TestDiskAsIs(base.TestCase):
