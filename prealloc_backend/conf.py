@@ -255,20 +255,25 @@ nova's value); the guest's TRIM then succeeds and changes nothing on the
 host. ``reclaim`` leaves nova's value: thin reclaim wins over the
 reservation. Disks of mode ``none`` always keep nova's value.
 
-Where the host's QEMU (8.1 and later) and libvirt (9.5 and later) have
-qcow2's ``discard-no-unref`` (asked of them once per process, not read
-from version numbers), a qcow2 disk can drop the data of a TRIM and keep
-its clusters' place: ``discard='unmap' discard_no_unref='on'``. The range
-then reads zeros, a snapshot or ``qemu-img convert`` skips it, and the
-next write there allocates no cluster. libvirt gives the same ``discard``
-to the file under the image, so QEMU also frees the host blocks under the
-range. With ``keep``, qcow2 disks of mode ``metadata`` (which reserve no
-data blocks) get it; with ``zero``, those of modes ``space`` and ``full``
-too, and the plugin reserves the freed blocks again (fallocate(2), contents
-untouched) each time it defines the guest: between a TRIM and the guest's
-next start, hard reboot, resize or migration those blocks are not
-reserved. Raw disks and hosts without the capability behave as ``keep``.
-``prealloc-backend check`` says what a TRIM does on this host, and why.
+Where the host's QEMU (8.1.3 and later) and libvirt (9.5 and later) have
+qcow2's ``discard-no-unref`` (qemu-img and libvirt's schema asked once per
+process; the versions of nova-compute's libvirt connection checked, since
+no API tells whether its daemon and QEMU take it), a qcow2 disk can drop
+the data of a TRIM and keep its clusters' place: ``discard='unmap'
+discard_no_unref='on'``. The range then reads zeros, a snapshot or
+``qemu-img convert`` skips it, and the next write there allocates no
+cluster. libvirt gives the same ``discard`` to the file under the image, so
+QEMU also frees the host blocks under the range. With ``keep``, qcow2 disks
+of mode ``metadata`` (which reserve no data blocks) get it; with ``zero``,
+those of modes ``space`` and ``full`` too, and the plugin reserves the
+freed blocks again (fallocate(2), contents untouched) each time it defines
+the guest: between a TRIM and the guest's next start, hard reboot, resize
+or cold migration those blocks are not reserved, and a mode ``full`` disk's
+range is reserved again as unwritten extents, not written zeros. A live
+migration carries the source's setting to the destination as it is (nova
+does not redefine the disks there). Raw disks and hosts without the
+capability behave as ``keep``. ``prealloc-backend check`` says what a TRIM
+does on this host, and why.
 
 Applied to the guest XML at every (re)definition, so existing instances
 change at their next hard reboot, resize or migration.

@@ -425,7 +425,14 @@ class _PreallocImage:
         if (nova_discard == 'unmap' and choice != 'reclaim' and
                 plan.fmt is diskplan.DiskFormat.QCOW2 and
                 plan.mode.preallocates):
-            no_unref = hostcaps.discard_no_unref().supported
+            try:
+                no_unref = hostcaps.discard_no_unref().supported
+            except Exception as exc:
+                # A probe that cannot answer is a no: the guest is
+                # defined as without the capability, never refused.
+                LOG.warning('qcow2 discard-no-unref not used for %(path)s: '
+                            'the host could not be asked (%(err)s)',
+                            {'path': self.path, 'err': exc})
         return diskplan.guest_discard(plan.mode, plan.fmt, nova_discard,
                                       choice, no_unref=no_unref)
 
@@ -442,7 +449,10 @@ class _PreallocImage:
             if not allocate.fallocate_file(self.path):
                 LOG.warning('Not reserving %s again after guest discards: '
                             'its filesystem has no fallocate(2)', self.path)
-        except (exception.PreallocError, OSError) as exc:
+        except Exception as exc:
+            # Whatever failed (the daemon could not start, the host is
+            # full), the guest's definition goes on: an existing instance
+            # is never put in ERROR for this.
             LOG.warning('Could not reserve %(path)s again after guest '
                         'discards: %(err)s', {'path': self.path,
                                               'err': exc})

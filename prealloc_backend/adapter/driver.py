@@ -49,6 +49,7 @@ from prealloc_backend.adapter import events
 from prealloc_backend.adapter import migrationops
 from prealloc_backend.adapter import operation
 from prealloc_backend import conf
+from prealloc_backend.disk import hostcaps
 from prealloc_backend import exception
 from prealloc_backend.planner import modes
 
@@ -129,6 +130,31 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                   'ext': CONF.prealloc_backend.qcow2_extended_l2,
                   'cluster': CONF.prealloc_backend.qcow2_cluster_size,
                   'cache': CONF.prealloc_backend.qcow2_l2_cache})
+
+    def init_host(self, host):
+        super().init_host(host)
+        self._record_connection()
+
+    def _record_connection(self):
+        """What the connection's libvirt and QEMU are, for the guests'
+        discard-no-unref (disk.hostcaps: no API says whether they take
+        it). Never stops nova-compute: without an answer the plugin
+        writes no ``discard_no_unref``.
+        """
+        try:
+            conn = self._host.get_connection()
+            hostcaps.record_connection(conn.getLibVersion(),
+                                       conn.getVersion())
+            answer = hostcaps.discard_no_unref()
+        except Exception as exc:
+            LOG.warning('prealloc_backend: no qcow2 discard-no-unref for '
+                        "guests' TRIM: the libvirt connection's versions "
+                        'are unknown (%s)', exc)
+            return
+        LOG.info("prealloc_backend: qcow2 discard-no-unref for guests' "
+                 'TRIM: %(yes)s (%(why)s)',
+                 {'yes': 'yes' if answer.supported else 'no',
+                  'why': answer.reason})
 
     def _disk_raw_to_qcow2(self, path):
         # NOTE(nova): nova calls this static method from finish_migration

@@ -34,7 +34,7 @@ _NO_UNREF = ("dropped with discard-no-unref (the range reads zeros and "
              "blocks under it are freed)")
 _NO_UNREF_AGAIN = _NO_UNREF[:-1] + (" and reserved again at the guest's "
                                     "next start, hard reboot, resize or "
-                                    "migration)")
+                                    "cold migration)")
 _FREED = 'passed to the file (the host blocks it covers are freed)'
 
 

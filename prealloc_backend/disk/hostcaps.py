@@ -10,35 +10,40 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""What this host's QEMU and libvirt can do, asked of them, not of their
-version numbers.
+"""What this host's QEMU and libvirt can do, asked of them where they can
+be asked, not read from version numbers.
 
-One capability so far: qcow2's ``discard-no-unref`` (QEMU 8.1; the fix
-for clusters already zero is in 8.1.3 and 8.2) written by libvirt as
+One capability so far: qcow2's ``discard-no-unref`` (QEMU 8.1; 8.1.3 and
+8.2 keep the reference on write-zeroes with unmap too: a guest's
+``blkdiscard -z``, a mirror's zero writes) written by libvirt as
 ``<driver discard_no_unref='on'/>`` (libvirt 9.5). With it a guest's
 discard of a qcow2 disk marks the clusters zero and keeps their place in
 the image: the range reads zeros, ``qemu-img convert`` (a snapshot) skips
 it, and a later write goes to the same cluster without allocating one.
 
-- QEMU: ``qemu-img info --image-opts`` opens a scratch qcow2 with
-  ``discard-no-unref=on``. A QEMU without the option refuses to open it
-  ("Block format 'qcow2' does not support the option"), one with it opens
-  it (measured: 10.0.13 rc 0, 7.2.22 rc 1). qemu-img's block layer is the
-  one the guests' QEMU (qemu-system, the same source package) is built
-  from; libvirt checks the guests' binary itself when it starts a domain.
-- libvirt: its domain schema (``domaincommon.rng``, installed with the
-  libvirt library that nova's libvirt-python loads) names the attribute
-  from 9.5 on. No API says it (``virConnectGetDomainCapabilities`` lists
-  no driver attributes), and libvirt 9.0 drops an attribute it does not
-  know from a domain defined without validation, silently: the schema is
-  libvirt's own answer.
+- QEMU's block layer: ``qemu-img info --image-opts`` opens a scratch qcow2
+  with ``discard-no-unref=on``. A QEMU without the option refuses to open
+  it ("Block format 'qcow2' does not support the option"), one with it
+  opens it (measured: 10.0.13 rc 0, 7.2.22 rc 1).
+- libvirt's grammar: its domain schema (``domaincommon.rng``, installed
+  with the libvirt library) names the attribute from 9.5 on.
+- The daemon and the emulator nova-compute's connection talks to: no API
+  says whether they take the attribute (``virConnectGetDomainCapabilities``
+  lists no driver attributes; a libvirtd older than 9.5 drops an attribute
+  it does not know from a domain nova defines, silently; libvirt 9.5+
+  refuses a domain whose QEMU lacks it, which would fail the guest's start).
+  Where nova-compute runs, the driver's ``init_host`` records the
+  connection's libvirt and emulator versions (``record_connection``), and
+  both must reach the floors above: the one place where a version
+  decides, because the daemon and the emulator may be other packages than
+  the library and qemu-img here (containers, a partial upgrade).
 
-Each answer is asked once per process (nova-compute, the check) and
-cached: packages change under a running nova-compute only with a restart.
+The two probes of this host are asked once per process when they answer
+(a probe that fails, a full /tmp, is asked again next time): packages
+change under a running nova-compute only with a restart.
 """
 
 import collections
-import functools
 import os
 import tempfile
 
@@ -59,6 +64,46 @@ LIBVIRT_DOMAIN_SCHEMAS = (
 # check).
 Answer = collections.namedtuple('Answer', ['supported', 'reason'])
 
+# The floors of the connection's daemon and emulator (libvirt's and
+# QEMU's numbers: major * 1000000 + minor * 1000 + micro).
+LIBVIRT_FLOOR = 9005000
+QEMU_FLOOR = 8001003
+
+# (libvirt version, emulator version) of nova-compute's connection, once
+# the driver's init_host recorded them.
+_connection = None
+
+
+def _dotted(number):
+    return '%d.%d.%d' % (number // 1000000, number // 1000 % 1000,
+                         number % 1000)
+
+
+def record_connection(libvirt_version, emulator_version):
+    """Record the versions nova-compute's libvirt connection reports
+    (virConnectGetLibVersion, virConnectGetVersion).
+    """
+    global _connection
+    _connection = (int(libvirt_version), int(emulator_version))
+
+
+def connection_discard_no_unref():
+    """Answer for the recorded connection, or None when none was."""
+    if _connection is None:
+        return None
+    lib, emulator = _connection
+    missing = []
+    if lib < LIBVIRT_FLOOR:
+        missing.append('the connection\'s libvirt is %s (9.5.0 writes '
+                       'discard_no_unref)' % _dotted(lib))
+    if emulator < QEMU_FLOOR:
+        missing.append('its QEMU is %s (8.1.3 keeps the clusters on every '
+                       'discard)' % _dotted(emulator))
+    if missing:
+        return Answer(False, '; '.join(missing))
+    return Answer(True, "the connection's libvirt %s and QEMU %s"
+                  % (_dotted(lib), _dotted(emulator)))
+
 
 def qemu_discard_no_unref():
     """Answer: can this host's QEMU open a qcow2 node with
@@ -69,9 +114,11 @@ def qemu_discard_no_unref():
             path = os.path.join(tmp, 'probe.qcow2')
             qemu.execute('create', '-q', '-f', 'qcow2', path, '1M',
                          timeout=30)
+            # A comma in an --image-opts value is written twice.
             qemu.execute('info', '--image-opts',
                          'driver=qcow2,discard-no-unref=on,'
-                         'file.driver=file,file.filename=%s' % path,
+                         'file.driver=file,file.filename=%s'
+                         % path.replace(',', ',,'),
                          timeout=30)
     except exception.QemuImgError as exc:
         if 'discard-no-unref' in (exc.kwargs.get('stderr') or ''):
@@ -87,8 +134,8 @@ def libvirt_discard_no_unref(schemas=LIBVIRT_DOMAIN_SCHEMAS):
     """Answer: does this host's libvirt know ``discard_no_unref``?"""
     for path in schemas:
         try:
-            with open(path, encoding='utf-8') as f:
-                known = 'discard_no_unref' in f.read()
+            with open(path, 'rb') as f:
+                known = b'discard_no_unref' in f.read()
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -102,15 +149,43 @@ def libvirt_discard_no_unref(schemas=LIBVIRT_DOMAIN_SCHEMAS):
                   % ', '.join(schemas))
 
 
-@functools.lru_cache(maxsize=None)
-def discard_no_unref():
-    """Answer: both QEMU and libvirt have it (cached per process)."""
+_host_answers = []
+
+
+def _host_discard_no_unref():
+    """The two probes of this host, kept once both gave a definite answer
+    (a failed probe is asked again next time).
+    """
+    if _host_answers:
+        return _host_answers
     answers = [qemu_discard_no_unref(), libvirt_discard_no_unref()]
+    if not any(a.reason.startswith(('the probe failed', 'cannot read'))
+               for a in answers):
+        _host_answers.extend(answers)
+    return answers
+
+
+def forget():
+    """Drop what was asked and recorded (tests; a new connection)."""
+    global _connection
+    _connection = None
+    del _host_answers[:]
+
+
+def discard_no_unref():
+    """Answer: this host's qemu-img and libvirt schema have it, and so
+    have the connection's libvirt and QEMU where the driver recorded them.
+    """
+    answers = list(_host_discard_no_unref())
+    connection = connection_discard_no_unref()
+    if connection is not None:
+        answers.append(connection)
     missing = [a.reason for a in answers if not a.supported]
     if missing:
         answer = Answer(False, '; '.join(missing))
     else:
         answer = Answer(True, '; '.join(a.reason for a in answers))
-    LOG.info('qcow2 discard-no-unref on this host: %s (%s)',
-             'yes' if answer.supported else 'no', answer.reason)
+    if connection is None:
+        answer = Answer(answer.supported, answer.reason +
+                        " (libvirtd's own versions not asked)")
     return answer

@@ -858,3 +858,38 @@ class InterruptedConversionTestCase(base.BackendTestCase):
         flat.resize_image(base.DISK)
         self.assertEqual(base.DISK,
                          pb_fixtures.qemu_img_info(img.path)['virtual-size'])
+
+
+class TestReserveAgainNeverFails(base.BackendTestCase):
+    """A failure of the re-reservation or of the probe never stops a
+    guest's definition (an existing instance is never put in ERROR).
+    The failures are mocked: a daemon that cannot start or a probe that
+    raises cannot be produced on demand here.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.flags(hw_disk_discard='unmap', group='libvirt')
+        self.flags(guest_discard='zero', group='prealloc_backend')
+        self.probe = self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.disk.hostcaps.discard_no_unref',
+            return_value=hostcaps.Answer(True, 'mocked'))).mock
+
+    def driver(self, img):
+        dev = etree.fromstring(img.libvirt_info('none', {}).to_xml())
+        return (dev.find('driver').get('discard'),
+                dev.find('driver').get('discard_no_unref'))
+
+    def test_daemon_failure(self):
+        img = self.image('qcow2', 'space')
+        self.cache(img, fmt='qcow2')
+        self.useFixture(fixtures.MockPatchObject(
+            allocate, 'fallocate_file',
+            side_effect=RuntimeError('FailedToDropPrivileges')))
+        self.assertEqual(('unmap', 'on'), self.driver(img))
+
+    def test_probe_failure(self):
+        img = self.image('qcow2', 'space')
+        self.cache(img, fmt='qcow2')
+        self.probe.side_effect = UnicodeDecodeError('utf-8', b'', 0, 1, 'x')
+        self.assertEqual(('ignore', None), self.driver(img))

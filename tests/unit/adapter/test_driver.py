@@ -32,6 +32,7 @@ from prealloc_backend.adapter import backend
 from prealloc_backend.adapter import driver
 from prealloc_backend.adapter import operation
 from prealloc_backend.disk import formats
+from prealloc_backend.disk import hostcaps
 from prealloc_backend import exception
 from tests import base
 
@@ -216,3 +217,49 @@ class TestFormatRecords(base.TestCase):
             self.assertEqual({self.disk: 'qcow2'}, json.load(f))
         with open(self.disk, 'rb') as f:
             self.assertEqual(b'QFI\xfb', f.read(4))
+
+
+class TestRecordConnection(base.TestCase):
+    """init_host records the connection's libvirt and QEMU versions for
+    discard-no-unref. The connection is a stub: the versions are what is
+    under test, and no libvirtd runs in this tier (the real tier's driver
+    records real ones).
+    """
+
+    class _Conn:
+
+        def __init__(self, lib, emulator, fail=False):
+            self.lib, self.emulator, self.fail = lib, emulator, fail
+
+        def getLibVersion(self):
+            if self.fail:
+                raise RuntimeError('connection lost')
+            return self.lib
+
+        def getVersion(self):
+            return self.emulator
+
+    def record(self, conn):
+        host = type('Host', (), {'get_connection': lambda self: conn})()
+        drv = type('Drv', (), {'_host': host})()
+        driver.LibvirtDriver._record_connection(drv)
+
+    def setUp(self):
+        super().setUp()
+        hostcaps.forget()
+        self.addCleanup(hostcaps.forget)
+        self.useFixture(fixtures.MockPatchObject(
+            hostcaps, '_host_discard_no_unref',
+            return_value=[hostcaps.Answer(True, 'y')]))
+
+    def test_recorded(self):
+        self.record(self._Conn(9000000, 7002022))
+        answer = hostcaps.discard_no_unref()
+        self.assertFalse(answer.supported)
+        self.assertIn('9.0.0', answer.reason)
+        self.record(self._Conn(11003000, 10000013))
+        self.assertTrue(hostcaps.discard_no_unref().supported)
+
+    def test_failure_never_stops_nova_compute(self):
+        self.record(self._Conn(0, 0, fail=True))
+        self.assertIn('not asked', hostcaps.discard_no_unref().reason)

@@ -33,18 +33,25 @@ from tests import base
 class QemuProbeTestCase(base.TestCase):
 
     def test_real_qemu_img(self):
+        tmp = self.useFixture(fixtures.TempDir()).path
+        self.useFixture(fixtures.MonkeyPatch('tempfile.tempdir', tmp))
         answer = hostcaps.qemu_discard_no_unref()
-        help_text = subprocess.run(['qemu-img', '--version'], check=True,
-                                   capture_output=True, text=True).stdout
+        version = subprocess.run(['qemu-img', '--version'], check=True,
+                                 capture_output=True, text=True).stdout
         if answer.supported:
             self.assertIn('opens a qcow2', answer.reason)
         else:
             self.assertIn("no 'discard-no-unref' option", answer.reason,
-                          help_text)
+                          version)
         # Nothing is left of the scratch image.
-        self.assertEqual(
-            [], [n for n in os.listdir(os.environ.get('TMPDIR', '/tmp'))
-                 if n.startswith('prealloc-caps-')])
+        self.assertEqual([], os.listdir(tmp))
+
+    def test_comma_in_the_temporary_directory(self):
+        tmp = os.path.join(self.useFixture(fixtures.TempDir()).path, 'a,b')
+        os.mkdir(tmp)
+        self.useFixture(fixtures.MonkeyPatch('tempfile.tempdir', tmp))
+        answer = hostcaps.qemu_discard_no_unref()
+        self.assertNotIn('the probe failed', answer.reason)
 
     def test_other_failure_is_no_with_the_reason(self):
         # qemu-img failing for another reason (mocked: a broken qemu-img
@@ -96,13 +103,14 @@ class BothTestCase(base.TestCase):
 
     def setUp(self):
         super().setUp()
-        hostcaps.discard_no_unref.cache_clear()
-        self.addCleanup(hostcaps.discard_no_unref.cache_clear)
+        hostcaps.forget()
+        self.addCleanup(hostcaps.forget)
 
     def answers(self, qemu_answer, libvirt_answer):
         # The two probes are tested above; here only how they combine.
-        self.useFixture(fixtures.MockPatchObject(
-            hostcaps, 'qemu_discard_no_unref', return_value=qemu_answer))
+        self.qemu = self.useFixture(fixtures.MockPatchObject(
+            hostcaps, 'qemu_discard_no_unref',
+            return_value=qemu_answer)).mock
         self.useFixture(fixtures.MockPatchObject(
             hostcaps, 'libvirt_discard_no_unref',
             return_value=libvirt_answer))
@@ -114,10 +122,11 @@ class BothTestCase(base.TestCase):
                              False),
                             (hostcaps.Answer(False, 'old qemu'), yes,
                              False)):
-            hostcaps.discard_no_unref.cache_clear()
+            hostcaps.forget()
             self.answers(q, lv)
             answer = hostcaps.discard_no_unref()
             self.assertEqual(want, answer.supported)
+            self.assertIn("libvirtd's own versions not asked", answer.reason)
             if not want:
                 self.assertIn('old', answer.reason)
 
@@ -125,4 +134,26 @@ class BothTestCase(base.TestCase):
         self.answers(hostcaps.Answer(True, 'y'), hostcaps.Answer(True, 'y'))
         hostcaps.discard_no_unref()
         hostcaps.discard_no_unref()
-        self.assertEqual(1, hostcaps.qemu_discard_no_unref.call_count)
+        self.assertEqual(1, self.qemu.call_count)
+
+    def test_failed_probe_asked_again(self):
+        self.answers(hostcaps.Answer(False, 'the probe failed: full'),
+                     hostcaps.Answer(True, 'y'))
+        hostcaps.discard_no_unref()
+        hostcaps.discard_no_unref()
+        self.assertEqual(2, self.qemu.call_count)
+
+    def test_connection_floors(self):
+        yes = hostcaps.Answer(True, 'y')
+        for lib, emulator, want in (
+                (11003000, 10000013, True),
+                (9005000, 8001003, True),
+                (9004000, 10000013, False),
+                (11003000, 8001002, False)):
+            hostcaps.forget()
+            self.answers(yes, yes)
+            hostcaps.record_connection(lib, emulator)
+            answer = hostcaps.discard_no_unref()
+            self.assertEqual(want, answer.supported, (lib, emulator, answer))
+            self.assertNotIn('not asked', answer.reason)
+        self.assertIn('8.1.2', answer.reason)
