@@ -175,9 +175,11 @@ start_service() {
   # cd: a WSGI server puts its working directory on sys.path (from a
   # clone's top, nova-api imported the clone's prealloc_backend, not the
   # virtualenv's).
+  # 9<&-: cloud-up's lock (fd 9) stays cloud-up's; no service, the nova
+  # user's least of all, can hold it.
   (cd "$CLOUD_DIR" && exec env -i PATH="$SERVICE_PATH" \
      LANG=C.UTF-8 HOME="$home" "${into[@]}" "${as[@]}" setsid env "$@" \
-     >>"$LOG_DIR/$name.log" 2>&1 </dev/null) &
+     >>"$LOG_DIR/$name.log" 2>&1 </dev/null 9<&-) &
   sleep 0.2
   record_pid "$name" $!
 }
