@@ -68,6 +68,7 @@ class TestRuntimeImports(base.TestCase):
                'prealloc_backend.disk', 'prealloc_backend.disk.allocate',
                'prealloc_backend.disk.extend', 'prealloc_backend.disk.formats',
                'prealloc_backend.disk.fsprobe',
+               'prealloc_backend.disk.hostcaps',
                'prealloc_backend.disk.journal', 'prealloc_backend.disk.qcow2',
                'prealloc_backend.disk.qemu',
                'prealloc_backend.planner', 'prealloc_backend.planner.diskplan',
