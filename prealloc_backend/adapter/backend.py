@@ -422,9 +422,8 @@ class _PreallocImage:
         """
         choice = self._opts.guest_discard
         no_unref = False
-        if (nova_discard == 'unmap' and choice != 'reclaim' and
-                plan.fmt is diskplan.DiskFormat.QCOW2 and
-                plan.mode.preallocates):
+        if diskplan.may_use_no_unref(plan.mode, plan.fmt, nova_discard,
+                                     choice):
             try:
                 no_unref = hostcaps.discard_no_unref().supported
             except Exception as exc:

@@ -61,8 +61,9 @@ LIBVIRT_DOMAIN_SCHEMAS = (
 )
 
 # A probe's answer: ``supported`` and, either way, why (for logs and the
-# check).
-Answer = collections.namedtuple('Answer', ['supported', 'reason'])
+# check); ``definite``: False where the probe itself failed (asked again).
+Answer = collections.namedtuple('Answer', ['supported', 'reason',
+                                           'definite'], defaults=(True,))
 
 # The floors of the connection's daemon and emulator (libvirt's and
 # QEMU's numbers: major * 1000000 + minor * 1000 + micro).
@@ -124,9 +125,9 @@ def qemu_discard_no_unref():
         if 'discard-no-unref' in (exc.kwargs.get('stderr') or ''):
             return Answer(False, "qemu-img: qcow2 has no 'discard-no-unref' "
                                  'option (QEMU < 8.1)')
-        return Answer(False, 'the probe failed: %s' % exc)
+        return Answer(False, 'the probe failed: %s' % exc, definite=False)
     except (exception.PreallocError, OSError) as exc:
-        return Answer(False, 'the probe failed: %s' % exc)
+        return Answer(False, 'the probe failed: %s' % exc, definite=False)
     return Answer(True, "qemu-img opens a qcow2 with 'discard-no-unref=on'")
 
 
@@ -139,7 +140,8 @@ def libvirt_discard_no_unref(schemas=LIBVIRT_DOMAIN_SCHEMAS):
         except FileNotFoundError:
             continue
         except OSError as exc:
-            return Answer(False, 'cannot read %s: %s' % (path, exc))
+            return Answer(False, 'cannot read %s: %s' % (path, exc),
+                          definite=False)
         if known:
             return Answer(True, "libvirt's domain schema (%s) has "
                                 'discard_no_unref' % path)
@@ -159,8 +161,7 @@ def _host_discard_no_unref():
     if _host_answers:
         return _host_answers
     answers = [qemu_discard_no_unref(), libvirt_discard_no_unref()]
-    if not any(a.reason.startswith(('the probe failed', 'cannot read'))
-               for a in answers):
+    if all(a.definite for a in answers):
         _host_answers.extend(answers)
     return answers
 

@@ -134,6 +134,15 @@ class GuestDiscard:
     reserve_again: bool = False
 
 
+def may_use_no_unref(mode, fmt, nova_discard, choice):
+    """Whether guest_discard (below, which owns the same conditions)
+    could give this disk discard-no-unref: the only disks for which the
+    host's answer (disk.hostcaps) is worth asking.
+    """
+    return (nova_discard == 'unmap' and choice != 'reclaim' and
+            fmt is DiskFormat.QCOW2 and mode.preallocates)
+
+
 def guest_discard(mode, fmt, nova_discard, choice, no_unref=False):
     """The GuestDiscard of a disk of ``mode`` and ``fmt``.
 

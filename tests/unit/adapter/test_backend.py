@@ -336,6 +336,13 @@ class TestGuestDiscard(base.BackendTestCase):
         self.assertIsNone(dev.find('driver').get('discard'))
 
 
+def discard_attributes(img):
+    """(discard, discard_no_unref) of the <driver> libvirt_info writes."""
+    dev = etree.fromstring(img.libvirt_info('none', {}).to_xml())
+    driver = dev.find('driver')
+    return driver.get('discard'), driver.get('discard_no_unref')
+
+
 class TestGuestDiscardNoUnref(base.BackendTestCase):
     """discard-no-unref where the host has it. The host's answer
     (disk.hostcaps) is mocked: this tier runs on one QEMU and libvirt and
@@ -351,9 +358,7 @@ class TestGuestDiscardNoUnref(base.BackendTestCase):
             return_value=hostcaps.Answer(True, 'mocked'))).mock
 
     def driver(self, img):
-        dev = etree.fromstring(img.libvirt_info('none', {}).to_xml())
-        driver = dev.find('driver')
-        return driver.get('discard'), driver.get('discard_no_unref')
+        return discard_attributes(img)
 
     def test_keep_uses_it_for_metadata_only(self):
         for mode, want in (('metadata', ('unmap', 'on')),
@@ -876,9 +881,7 @@ class TestReserveAgainNeverFails(base.BackendTestCase):
             return_value=hostcaps.Answer(True, 'mocked'))).mock
 
     def driver(self, img):
-        dev = etree.fromstring(img.libvirt_info('none', {}).to_xml())
-        return (dev.find('driver').get('discard'),
-                dev.find('driver').get('discard_no_unref'))
+        return discard_attributes(img)
 
     def test_daemon_failure(self):
         img = self.image('qcow2', 'space')

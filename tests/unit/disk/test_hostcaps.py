@@ -137,7 +137,8 @@ class BothTestCase(base.TestCase):
         self.assertEqual(1, self.qemu.call_count)
 
     def test_failed_probe_asked_again(self):
-        self.answers(hostcaps.Answer(False, 'the probe failed: full'),
+        self.answers(hostcaps.Answer(False, 'the probe failed: full',
+                                     definite=False),
                      hostcaps.Answer(True, 'y'))
         hostcaps.discard_no_unref()
         hostcaps.discard_no_unref()

@@ -392,3 +392,21 @@ class TestHostDiskFormat(base.TestCase):
                 self.assertIs(formats.get(cls),
                               diskplan.host_disk_format(images_type, use_cow),
                               (images_type, use_cow))
+
+
+class TestMayUseNoUnref(base.TestCase):
+
+    def test_asked_exactly_where_the_answer_matters(self):
+        for fmt in DiskFormat:
+            for mode in Mode:
+                for nova in (None, 'ignore', 'unmap'):
+                    for choice in ('keep', 'zero', 'reclaim'):
+                        matters = (
+                            diskplan.guest_discard(mode, fmt, nova, choice,
+                                                   no_unref=True) !=
+                            diskplan.guest_discard(mode, fmt, nova, choice,
+                                                   no_unref=False))
+                        may = diskplan.may_use_no_unref(mode, fmt, nova,
+                                                        choice)
+                        if matters:
+                            self.assertTrue(may, (fmt, mode, nova, choice))
