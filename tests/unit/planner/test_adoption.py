@@ -1,0 +1,81 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Which existing overlays adopt rewrites, and into what."""
+
+from oslo_utils import units
+
+from prealloc_backend.planner import adoption
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner.modes import Mode
+from prealloc_backend.planner.qcow2_layout import Qcow2Preallocation as P
+from tests import base
+
+ROOMY = diskplan.FsFacts(fallocate_ok=True, fstype='xfs', free_bytes=units.Pi)
+# nova's own overlay: 64 KiB clusters, no extended_l2, thin.
+NOVA = adoption.OverlayFacts(virtual_size=units.Gi, cluster_size=64 * units.Ki,
+                             extended_l2=False, allocated_bytes=units.Mi)
+
+
+class TestVerdict(base.TestCase):
+
+    def verdict(self, mode, facts=NOVA, fs=ROOMY, specs=None):
+        return adoption.verdict(base.CONF.prealloc_backend, specs, mode,
+                                facts, fs, path='/i/disk')
+
+    def plugin_made(self, mode, allocated):
+        plan = diskplan.make_plan(base.CONF.prealloc_backend, None, mode,
+                                  diskplan.DiskFormat.QCOW2, units.Gi, ROOMY)
+        return adoption.OverlayFacts(units.Gi, plan.cluster_size,
+                                     plan.extended_l2, allocated)
+
+    def test_mode_none_is_always_at_policy(self):
+        v = self.verdict(Mode.NONE)
+        self.assertTrue(v.at_policy)
+        self.assertIsNone(v.plan)
+
+    def test_nova_overlay_adopted_in_space(self):
+        v = self.verdict(Mode.SPACE)
+        self.assertTrue(v.adopt)
+        self.assertEqual(P.FALLOC, v.plan.preallocation)
+        self.assertTrue(v.plan.extended_l2)
+        self.assertIn('extended_l2 off, not on', v.reason)
+        self.assertIn('not its virtual size', v.reason)
+
+    def test_plugin_made_disk_is_at_policy(self):
+        for mode, allocated in ((Mode.SPACE, units.Gi + units.Mi),
+                                (Mode.FULL, units.Gi + units.Mi),
+                                (Mode.METADATA, 3 * units.Mi)):
+            v = self.verdict(mode, facts=self.plugin_made(mode, allocated))
+            self.assertTrue(v.at_policy, (mode, v))
+
+    def test_layout_right_but_reservation_missing(self):
+        # A plugin-made space disk whose blocks were freed (a guest's TRIM
+        # under guest_discard = reclaim): adopted again.
+        v = self.verdict(Mode.SPACE,
+                         facts=self.plugin_made(Mode.SPACE, 500 * units.Mi))
+        self.assertTrue(v.adopt)
+        self.assertNotIn('cluster_size', v.reason)
+
+    def test_no_room_is_refused_with_the_figures(self):
+        small = diskplan.FsFacts(True, 'xfs', free_bytes=100 * units.Mi)
+        v = self.verdict(Mode.SPACE, fs=small)
+        self.assertFalse(v.adopt)
+        self.assertTrue(v.refused)
+        self.assertFalse(v.at_policy)
+        self.assertIn('104857600 are', v.reason)
+
+    def test_flavor_cluster_size_is_the_policy(self):
+        specs = {'prealloc:cluster_size': '64K'}
+        v = self.verdict(Mode.SPACE, specs=specs)
+        self.assertEqual(64 * units.Ki, v.plan.cluster_size)
+        self.assertNotIn('cluster_size', v.reason)
