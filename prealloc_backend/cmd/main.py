@@ -25,7 +25,13 @@ import sys
 SUBCOMMANDS = {
     'check': 'Tell whether this host will do what nova.conf asks, before '
              'the first spawn.',
+    'adopt': 'Bring existing disks of this host to its preallocation '
+             'policy, live for running guests.',
 }
+# Subcommands that talk to nova's services over oslo.messaging: they run in
+# nova's native threading mode, as prealloc-nova-compute does (an eventlet
+# imported but not patched leaves an RPC reply unread until it times out).
+NATIVE_THREADS = ('adopt',)
 
 
 def build_parser():
@@ -45,6 +51,11 @@ def main(argv=None):
     parser = build_parser()
     # Parse the subcommand name first, then let its module add its options.
     known, _rest = parser.parse_known_args(argv[:1] if argv else argv)
+    if known.command in NATIVE_THREADS and 'eventlet' not in sys.modules:
+        # Before anything imports eventlet (oslo.privsep does); a process
+        # that already has it (a test runner) keeps what it chose.
+        from nova import monkey_patch
+        monkey_patch.patch(backend='threading')
     module = importlib.import_module(known.module)
     sub = argparse.ArgumentParser(prog='prealloc-backend ' + known.command,
                                   description=SUBCOMMANDS[known.command])

@@ -1,0 +1,485 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""``prealloc-backend adopt``: bring existing disks to the host's policy.
+
+Run on a compute host, as root, with nova-compute's configuration::
+
+    prealloc-backend adopt --config-file /etc/nova/nova.conf \\
+        (--instance UUID ... | --all) [--dry-run] [--max-rate MIB_S]
+
+For each instance of this host (``[DEFAULT] host``), as nova's records say
+(through nova-conductor, as nova-compute reads them), its qcow2 overlays
+whose layout or reservation differ from what the plugin makes today in the
+instance's mode (its flavor's ``prealloc:mode`` or the host's) are rewritten:
+a running guest's live (prealloc_backend.adoption.live), a stopped
+instance's offline (qcow2.relayout_overlay). Disks at policy are left alone.
+
+Coordination with nova: an instance is claimed by setting its task_state
+to ``prealloc_adopting`` with nova's own compare-and-swap
+(``instance.save(expected_task_state=[None])``), which is how nova's
+operations exclude each other: an instance in any task state is skipped,
+and while it is claimed nova's API refuses every action that needs no task
+state (resize, migrations, snapshot, shelve, rebuild, reboot, stop, volume
+attach; delete is still allowed and ends the adoption with the guest on a
+complete disk). The task state is put back to None at the end, and by the
+next run after a kill.
+
+Only one adopt runs per host (a lock in instances_path). At its start it
+finishes or undoes whatever a killed run left (live.recover) and clears
+the task states it left.
+
+After connecting to libvirtd and nova's message bus it becomes the owner of
+instances_path (the nova user): every file it makes, renames or removes,
+it does as that user, never as root.
+
+Exit status: 0 every disk asked about is at policy; 1 some were left as
+they were (refused for room, busy, paused); 2 an adoption failed (the guest
+on its original disk); 130 or 143 stopped by SIGINT or SIGTERM (the disk
+being copied left on its original); 255 an error of the command itself.
+"""
+
+import fcntl
+import glob
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+
+from prealloc_backend.adoption import live
+from prealloc_backend.checks import owner
+from prealloc_backend.cmd import check as check_cmd
+from prealloc_backend import conf as pb_conf
+from prealloc_backend.disk import formats
+from prealloc_backend.disk import fsprobe
+from prealloc_backend.disk import qcow2
+from prealloc_backend import exception
+from prealloc_backend.planner import adoption
+from prealloc_backend.planner import modes
+from prealloc_backend.system import stopping
+
+LOG = logging.getLogger(__name__)
+CONF = pb_conf.CONF
+
+# The instance's task_state while it is being adopted (nova's field is a
+# free string; its API refuses actions in any task state but None).
+TASK_STATE = 'prealloc_adopting'
+LOCK_NAME = '.prealloc-adopt.lock'
+ERROR_EXIT = 255
+# nova's names of the disks it makes from its image cache.
+DISK_NAMES = ('disk', 'disk.local', 'disk.swap')
+DISK_PREFIXES = ('disk.eph',)
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+def add_arguments(parser):
+    check_cmd_args = parser.add_argument_group('nova configuration')
+    check_cmd_args.add_argument(
+        '--config-file', action='append', default=[], metavar='PATH',
+        help='A configuration file nova-compute reads (repeatable).')
+    check_cmd_args.add_argument(
+        '--config-dir', action='append', default=[], metavar='DIR',
+        help='A directory of *.conf files nova-compute reads.')
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument('--instance', action='append', metavar='UUID',
+                       help='An instance of this host (repeatable).')
+    which.add_argument('--all', action='store_true',
+                       help='Every instance of this host.')
+    parser.add_argument('--dry-run', action='store_true',
+                        help='Say what would be done; change nothing '
+                             '(a killed run\'s leftovers are only '
+                             'reported).')
+    parser.add_argument('--max-rate', type=_rate, metavar='MIB_S',
+                        help='Copy at most this many MiB/s per disk (a '
+                             'running guest\'s block copy; default: '
+                             'unlimited).')
+    parser.add_argument('--verbose', action='store_true',
+                        help='Print the log lines of the plugin and nova.')
+
+
+def _rate(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if not value > 0:
+        raise check_cmd.SizeError('--max-rate %r: a number of MiB/s above '
+                                  'zero' % text)
+    return int(value * 1024 * 1024)
+
+
+class Report:
+    """What happened, one line per disk, and the exit status."""
+
+    def __init__(self, out=None):
+        self.out = out or sys.stdout
+        self.status = 0
+
+    def say(self, text):
+        self.out.write(text + '\n')
+        self.out.flush()
+
+    def left(self, text):
+        self.say(text)
+        self.status = max(self.status, 1)
+
+    def failed(self, text):
+        self.say(text)
+        self.status = max(self.status, 2)
+
+
+def instance_dir(uuid):
+    return os.path.join(CONF.instances_path, uuid)
+
+
+def candidate_disks(domain, uuid):
+    """[(dev, path)] of the domain's file disks nova made in the instance's
+    directory from its image cache (disk, disk.local, disk.eph*,
+    disk.swap).
+    """
+    directory = os.path.realpath(instance_dir(uuid))
+    found = []
+    for dev, path in sorted(live.disk_sources(domain).items()):
+        name = os.path.basename(path)
+        if os.path.dirname(os.path.realpath(path)) != directory:
+            continue
+        if name in DISK_NAMES or name.startswith(DISK_PREFIXES):
+            found.append((dev, path))
+    return found
+
+
+def recover_leftovers(conn, report, dry_run=False):
+    """Finish or undo what a killed adopt left under instances_path."""
+    pattern = os.path.join(glob.escape(CONF.instances_path), '*',
+                           '*' + live.JOURNAL_SUFFIX)
+    news = os.path.join(glob.escape(CONF.instances_path), '*',
+                        '*' + live.NEW_SUFFIX)
+    paths = {p[:-len(live.JOURNAL_SUFFIX)] for p in glob.glob(pattern)}
+    paths |= {p[:-len(live.NEW_SUFFIX)] for p in glob.glob(news)}
+    for path in sorted(paths):
+        uuid = os.path.basename(os.path.dirname(path))
+        if dry_run:
+            report.say('%s: left by a killed adopt (would be recovered)'
+                       % path)
+            continue
+        try:
+            domain = _domain(conn, uuid)
+            done = live.recover(domain, path)
+        except Exception as exc:
+            report.failed('%s: could not recover a killed adoption: %s'
+                          % (path, exc))
+            continue
+        if done:
+            report.say('%s: %s' % (path, done))
+
+
+def _domain(conn, uuid):
+    import libvirt
+    try:
+        return conn.lookupByUUIDString(uuid)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return None
+        raise
+
+
+def overlay_facts(path):
+    """(Checked, OverlayFacts) of the overlay at ``path``, checked as the
+    plugin checks every disk it opens (formats.check_qcow2_disk).
+    """
+    checked = formats.check_qcow2_disk(path)
+    info = checked.info
+    specific = info.get('format-specific', {}).get('data', {})
+    facts = adoption.OverlayFacts(
+        virtual_size=info['virtual-size'],
+        cluster_size=info.get('cluster-size', 65536),
+        extended_l2=bool(specific.get('extended-l2', False)),
+        allocated_bytes=os.stat(path).st_blocks * 512)
+    return checked, facts
+
+
+def _release(instance):
+    from nova import exception as nova_exception
+    instance.task_state = None
+    try:
+        instance.save(expected_task_state=[TASK_STATE])
+    except (nova_exception.UnexpectedTaskStateError,
+            nova_exception.InstanceNotFound):
+        pass   # deleted, or someone else's now
+
+
+def release_stale_claims(context, report):
+    """Task states this host's adopt left (a killed run): none runs now,
+    the lock says so.
+    """
+    from nova import objects
+    for instance in objects.InstanceList.get_by_host(context, CONF.host):
+        if instance.task_state == TASK_STATE:
+            _release(instance)
+            report.say('instance %s: task_state %s left by a killed adopt '
+                       'cleared' % (instance.uuid, TASK_STATE))
+
+
+def _claim(instance):
+    from nova import exception as nova_exception
+    instance.task_state = TASK_STATE
+    try:
+        instance.save(expected_task_state=[None])
+    except nova_exception.UnexpectedTaskStateError:
+        instance.refresh()
+        return False
+    return True
+
+
+def _progress_printer(report, uuid):
+    state = {'last': 0.0, 'start': time.monotonic(), 'first': None}
+
+    def show(p):
+        now = time.monotonic()
+        if state['first'] is None:
+            state['first'] = (now, p.copied)
+        if now - state['last'] < 1 and not (p.ready and p.copied == p.total):
+            return
+        state['last'] = now
+        t0, c0 = state['first']
+        rate = (p.copied - c0) / (now - t0) if now > t0 else 0
+        pct = 100.0 * p.copied / p.total if p.total else 100.0
+        report.say('instance %s %s: %5.1f%% (%.1f of %.1f MiB) %.1f MiB/s%s'
+                   % (uuid, p.dev, pct, p.copied / 2**20, p.total / 2**20,
+                      rate / 2**20, ', in step' if p.ready else ''))
+    return show
+
+
+def adopt_instance(context, conn, instance, report, dry_run=False,
+                   bandwidth=None, stop=None):
+    """Adopt the disks of one nova Instance of this host."""
+    from nova.compute import vm_states
+    uuid = instance.uuid
+    if instance.host != CONF.host:
+        report.left('instance %s: on host %s, not this one (%s): left '
+                    'alone' % (uuid, instance.host, CONF.host))
+        return
+    if instance.task_state is not None:
+        report.left('instance %s: task_state %s: busy, left alone'
+                    % (uuid, instance.task_state))
+        return
+    if instance.vm_state not in (vm_states.ACTIVE, vm_states.STOPPED):
+        report.left('instance %s: vm_state %s: only active and stopped '
+                    'instances are adopted' % (uuid, instance.vm_state))
+        return
+    domain = _domain(conn, uuid)
+    if domain is None:
+        report.left('instance %s: no libvirt domain on this host' % uuid)
+        return
+    host_mode = modes.host_mode(CONF)
+    extra_specs = instance.flavor.extra_specs
+    mode = modes.disk_mode(extra_specs, host_mode)
+    todo = []
+    for dev, path in candidate_disks(domain, uuid):
+        try:
+            checked, facts = overlay_facts(path)
+        except exception.PreallocError as exc:
+            report.left('instance %s %s: %s: left alone' % (uuid, dev, exc))
+            continue
+        except Exception as exc:
+            report.left('instance %s %s: %s: left alone' % (uuid, dev, exc))
+            continue
+        if checked.backing is None:
+            report.left('instance %s %s: %s has no backing file: left '
+                        'alone' % (uuid, dev, path))
+            continue
+        fs = fsprobe.facts(os.path.dirname(path))
+        verdict = adoption.verdict(CONF.prealloc_backend, extra_specs, mode,
+                                   facts, fs, path=path)
+        if verdict.at_policy:
+            report.say('instance %s %s: %s' % (uuid, dev, verdict.reason))
+        elif verdict.refused:
+            report.left('instance %s %s: not adopted: %s'
+                        % (uuid, dev, verdict.reason))
+        else:
+            todo.append((dev, path, checked, facts, verdict))
+            report.say('instance %s %s: %s %s (%s)'
+                       % (uuid, dev, 'would adopt' if dry_run else
+                          'adopting', path, verdict.reason))
+    if dry_run or not todo:
+        return
+    if not _claim(instance):
+        report.left('instance %s: task_state %s: busy, left alone'
+                    % (uuid, instance.task_state))
+        return
+    try:
+        running = domain.isActive()
+        if running != (instance.vm_state == vm_states.ACTIVE):
+            report.left('instance %s: vm_state %s but its domain is %s: '
+                        'left alone' % (uuid, instance.vm_state,
+                                        'running' if running else
+                                        'not running'))
+            return
+        for dev, path, checked, facts, verdict in todo:
+            if stop is not None and stop.requested:
+                raise stopping.Stopped(stop.signum)
+            _adopt_disk(domain, running, uuid, dev, path, checked, facts,
+                        verdict, report, bandwidth, stop)
+    finally:
+        _release(instance)
+
+
+def _adopt_disk(domain, running, uuid, dev, path, checked, facts, verdict,
+                report, bandwidth, stop):
+    before = facts.allocated_bytes
+    plan = verdict.plan
+    timeout = CONF.prealloc_backend.allocation_timeout or None
+    start = time.monotonic()
+    if not running:
+        qcow2.relayout_overlay(path, checked.backing, checked.backing_fmt,
+                               plan, timeout=timeout)
+        report.say('instance %s %s: rewritten offline in %.1f s; %d -> %d '
+                   'bytes allocated' % (uuid, dev, time.monotonic() - start,
+                                        before,
+                                        os.stat(path).st_blocks * 512))
+        return
+    new = live.make_target(path, checked.backing, checked.backing_fmt,
+                           facts.virtual_size, plan, timeout=timeout)
+    try:
+        paused = live.adopt_running(
+            domain, dev, path, new, bandwidth=bandwidth,
+            progress=_progress_printer(report, uuid),
+            cancelled=lambda: stop is not None and stop.requested)
+    except live.Cancelled:
+        report.left('instance %s %s: cancelled: the guest stays on its '
+                    'original disk' % (uuid, dev))
+        raise stopping.Stopped(stop.signum if stop and stop.signum
+                               else signal.SIGINT)
+    except live.AdoptionFailed as exc:
+        report.failed('instance %s %s: %s' % (uuid, dev, exc))
+        return
+    report.say('instance %s %s: adopted live in %.1f s (guest paused %.3f s '
+               'at the pivot); %d -> %d bytes allocated'
+               % (uuid, dev, time.monotonic() - start, paused, before,
+                  os.stat(path).st_blocks * 512))
+
+
+def host_lock():
+    """This host's adopt lock (flock on instances_path/.prealloc-adopt.lock,
+    opened without following a symlink). Raises AlreadyRunning.
+    """
+    path = os.path.join(CONF.instances_path, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW |
+                 os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AlreadyRunning('another prealloc-backend adopt runs on this '
+                             'host (%s is locked)' % path)
+    return fd
+
+
+def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
+          stop=None, report=None):
+    """The command's work, with nova's objects and a libvirt connection
+    ready: returns the Report.
+    """
+    from nova import exception as nova_exception
+    from nova import objects
+    report = report or Report()
+    lock = host_lock()
+    try:
+        recover_leftovers(conn, report, dry_run=dry_run)
+        if not dry_run:
+            release_stale_claims(context, report)
+        if uuids:
+            instances = []
+            for uuid in uuids:
+                try:
+                    instances.append(objects.Instance.get_by_uuid(
+                        context, uuid, expected_attrs=['flavor']))
+                except nova_exception.InstanceNotFound:
+                    report.left('instance %s: not found' % uuid)
+        else:
+            instances = objects.InstanceList.get_by_host(
+                context, CONF.host, expected_attrs=['flavor'])
+        for instance in instances:
+            if stop is not None and stop.requested:
+                break
+            try:
+                adopt_instance(context, conn, instance, report,
+                               dry_run=dry_run, bandwidth=bandwidth,
+                               stop=stop)
+            except stopping.Stopped:
+                break
+            except Exception as exc:
+                LOG.exception('adopting instance %s', instance.uuid)
+                report.failed('instance %s: %s' % (instance.uuid, exc))
+    finally:
+        os.close(lock)
+    return report
+
+
+def _connect_nova():
+    from nova.conductor import rpcapi as conductor_rpcapi
+    from nova import context as nova_context
+    from nova import objects
+    from nova.objects import base as objects_base
+    from nova import rpc
+    objects.register_all()
+    rpc.init(CONF)
+    objects_base.NovaObject.indirection_api = conductor_rpcapi.ConductorAPI()
+    return nova_context.get_admin_context()
+
+
+def _become_owner():
+    fd = owner.open_directory(CONF.instances_path)
+    try:
+        creds = owner.credentials_for(fd, CONF.instances_path)
+    finally:
+        os.close(fd)
+    if creds is not None:
+        owner.drop_to(creds)
+
+
+def _run(args):
+    import libvirt
+    from nova import rpc
+    # nova's exchange, as nova.config.parse_args sets it for its services.
+    rpc.set_defaults(control_exchange='nova')
+    check_cmd.load_config(CONF, args.config_file, args.config_dir)
+    context = _connect_nova()
+    conn = libvirt.open(CONF.libvirt.connection_uri or 'qemu:///system')
+    _become_owner()
+    stopping.install_test_hooks()
+    with stopping.on_signals() as stop:
+        report = adopt(context, conn, uuids=args.instance,
+                       dry_run=args.dry_run, bandwidth=args.max_rate,
+                       stop=stop)
+    if stop.requested:
+        return stopping.exit_status(stop.signum)
+    return report.status
+
+
+def run(args):
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.ERROR,
+        format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
+    try:
+        return _run(args)
+    except (check_cmd.ConfigLoadError, AlreadyRunning) as exc:
+        print('Error: %s' % exc)
+        return ERROR_EXIT
+    except Exception:
+        print('Error:\n%s' % traceback.format_exc())
+        return ERROR_EXIT

@@ -1,0 +1,84 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""prealloc-backend adopt: its arguments and which disks it looks at.
+
+Its work against nova and a real libvirtd: tests/functional/real/
+test_adopt.py.
+"""
+
+import argparse
+import os
+
+import fixtures
+
+from prealloc_backend.cmd import adopt
+from tests import base
+
+XML = '''<domain><devices>
+  <disk type='file' device='disk'><source file='%(d)s/disk'/>
+    <target dev='vda'/></disk>
+  <disk type='file' device='disk'><source file='%(d)s/disk.eph0'/>
+    <target dev='vdb'/></disk>
+  <disk type='file' device='cdrom'><source file='%(d)s/disk.config'/>
+    <target dev='hda'/></disk>
+  <disk type='file' device='disk'><source file='/elsewhere/disk'/>
+    <target dev='vdc'/></disk>
+  <disk type='file' device='disk'><source file='%(d)s/console.log'/>
+    <target dev='vdd'/></disk>
+  <disk type='block' device='disk'><source dev='/dev/sdb'/>
+    <target dev='vde'/></disk>
+</devices></domain>'''
+
+
+class Domain:
+    def __init__(self, xml):
+        self.xml = xml
+
+    def XMLDesc(self, flags):
+        return self.xml
+
+
+class TestArguments(base.TestCase):
+
+    def parse(self, *argv):
+        parser = argparse.ArgumentParser()
+        adopt.add_arguments(parser)
+        return parser.parse_args(argv)
+
+    def test_rate_in_mib_per_second(self):
+        self.assertEqual(16 * 1024 * 1024,
+                         self.parse('--all', '--max-rate', '16').max_rate)
+        self.assertEqual(512 * 1024,
+                         self.parse('--all', '--max-rate', '0.5').max_rate)
+
+    def test_bad_rate_is_refused_naming_it(self):
+        for bad in ('0', '-3', 'fast'):
+            err = self.assertRaises(SystemExit, self.parse, '--all',
+                                    '--max-rate', bad)
+            self.assertEqual(2, err.code)
+
+    def test_instance_or_all_required(self):
+        self.assertRaises(SystemExit, self.parse)
+        self.assertRaises(SystemExit, self.parse, '--all', '--instance',
+                          'x')
+
+
+class TestCandidateDisks(base.TestCase):
+
+    def test_only_nova_disks_of_the_instance_directory(self):
+        root = self.useFixture(fixtures.TempDir()).path
+        self.flags(instances_path=root)
+        d = os.path.join(root, 'uuid')
+        found = adopt.candidate_disks(Domain(XML % {'d': d}), 'uuid')
+        self.assertEqual([('vda', d + '/disk'), ('vdb', d + '/disk.eph0')],
+                         found)
