@@ -89,6 +89,7 @@ ACTION_IDLE = 'idle'
 ACTION_PROBE = 'probe'
 ACTION_TRIM = 'trim'
 ACTION_BLOCKIO = 'blockio'
+ACTION_CHURN = 'churn'
 # What the blockio action does after reporting the disk's queue limits.
 STEP_NONE = 'none'
 STEP_MKFS = 'mkfs'        # mke2fs -t ext4 over the whole disk
@@ -237,6 +238,50 @@ case "$action" in
        "fill_rc=$frc zeroed=$zeroed again=$again"
   sed "s/^/$M blkdiscard: /" /tmp/trim.err 2>/dev/null
   sed "s/^/$M fill: /" /tmp/fill.err 2>/dev/null
+  echo "$M done"
+  halt_guest
+  ;;
+@ACTION_CHURN@)
+  # Fill, then write 4 KiB blocks (each naming its number), each flushed,
+  # for a while; then read them back and report.
+  fill=$(arg prealloc_churn_fill_mib 0)
+  off=$(arg prealloc_churn_off_mib 256)
+  secs=$(arg prealloc_churn_seconds 30)
+  if [ "$fill" -gt 0 ]; then
+    tr '\0' '\252' </dev/zero |
+      dd of="/dev/$dev" bs=1M seek=64 count="$fill" iflag=fullblock \
+         conv=fsync 2>/dev/null
+  fi
+  read up _ </proc/uptime
+  start=${up%.*}${up#*.}
+  echo "$M churn-filled fill_mib=$fill"
+  base=$((off * 256))
+  i=0
+  prev=$start
+  maxgap=0
+  : >/tmp/exp
+  while :; do
+    read up _ </proc/uptime
+    now=${up%.*}${up#*.}
+    gap=$((now - prev))
+    [ $gap -gt $maxgap ] && maxgap=$gap
+    prev=$now
+    [ $((now - start)) -ge $((secs * 100)) ] && break
+    printf '%-4095s\n' "prealloc-churn block $i" >/tmp/b
+    dd if=/tmp/b of="/dev/$dev" bs=4096 seek=$((base + i)) count=1 \
+       conv=notrunc,fsync 2>/dev/null || echo "$M churn-error block=$i"
+    cat /tmp/b >>/tmp/exp
+    i=$((i + 1))
+    [ $((i % 20)) = 0 ] && echo "$M churn-at n=$i cs=$now"
+  done
+  sync
+  echo 3 >/proc/sys/vm/drop_caches
+  got=$(dd if="/dev/$dev" bs=4096 skip=$base count=$i 2>/dev/null |
+        md5sum | cut -d' ' -f1)
+  exp=$(md5sum </tmp/exp | cut -d' ' -f1)
+  ok=no
+  [ "$got" = "$exp" ] && ok=yes
+  echo "$M churn writes=$i off_mib=$off md5=$got ok=$ok maxgap_cs=$maxgap"
   echo "$M done"
   halt_guest
   ;;
@@ -677,7 +722,8 @@ def _initramfs_bytes(modules, busybox, tools=()):
                        ('@ACTION_WRITE@', ACTION_WRITE),
                        ('@ACTION_PROBE@', ACTION_PROBE),
                        ('@ACTION_TRIM@', ACTION_TRIM),
-                       ('@ACTION_BLOCKIO@', ACTION_BLOCKIO)):
+                       ('@ACTION_BLOCKIO@', ACTION_BLOCKIO),
+                       ('@ACTION_CHURN@', ACTION_CHURN)):
         init = init.replace(key, value)
     cpio = _Cpio()
     for directory in ('bin', 'dev', 'etc', 'lib', 'lib/modules', 'proc',
@@ -765,7 +811,8 @@ def build_guest(cache=None, download=False, tools=()):
 def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
                    console='ttyS0', trim_off_mib=128, trim_mib=512,
                    trim_fill_mib=0, step=STEP_NONE, count=64, sector=1,
-                   fs='ext4'):
+                   fs='ext4', churn_seconds=30, churn_fill_mib=0,
+                   churn_off_mib=256):
     """The guest kernel command line for ``action``.
 
     ``blockio``: report the disk's queue limits (logical and physical
@@ -781,6 +828,14 @@ def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
     whether the filled range reads zeros (``zeroed``), and power off. A
     boot that finds the mark (a later start of the same disk) only reports
     (``again=1``).
+
+    ``churn``: write ``churn_fill_mib`` MiB of 0xaa at 64 MiB (flushed),
+    report ``churn-filled``, then for ``churn_seconds`` write 4 KiB blocks
+    from ``churn_off_mib`` on, each naming its number and flushed (a
+    ``churn-at n=N cs=T`` line every 20, T in the guest's centiseconds);
+    then read them back (page cache dropped) and report their count, md5,
+    whether they read as written (``ok``) and the longest gap between two
+    writes (``maxgap_cs``), and power off.
     """
     # no_timer_check: under TCG on a busy host the kernel's check that
     # the 8254 timer reaches the IO-APIC can time out ("MP-BIOS bug: 8254
@@ -799,6 +854,10 @@ def kernel_cmdline(action=ACTION_WRITE, mib=64, device='vda', md5_mib=1,
                       'prealloc_trim_off_mib=%d' % int(trim_off_mib),
                       'prealloc_trim_mib=%d' % int(trim_mib),
                       'prealloc_trim_fill_mib=%d' % int(trim_fill_mib)])
+    elif action == ACTION_CHURN:
+        words.extend(['prealloc_churn_seconds=%d' % int(churn_seconds),
+                      'prealloc_churn_fill_mib=%d' % int(churn_fill_mib),
+                      'prealloc_churn_off_mib=%d' % int(churn_off_mib)])
     elif action == ACTION_BLOCKIO:
         if step not in BLOCKIO_STEPS:
             raise ValueError('blockio step %r: allowed steps are %s' %

@@ -148,7 +148,12 @@ def _silence_libvirt_errors(_ctx, _err):
 
 
 def md5_of_file(path, length):
+    return md5_of_file_range(path, 0, length)
+
+
+def md5_of_file_range(path, offset, length):
     with open(path, 'rb') as f:
+        f.seek(offset)
         return hashlib.md5(f.read(length)).hexdigest()
 
 

@@ -1,0 +1,284 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Live adoption of a running guest's overlay (prealloc-backend adopt).
+
+The guest (prealloc_bench.guest's ``churn`` action) fills 32 MiB of its
+disk, then writes numbered 4 KiB blocks, each flushed, while the host
+adopts its disk; at the end it reads them back and reports whether every
+one reads as written, their md5, and the longest gap between two writes.
+The host checks the disk's layout and allocation (qemu-img info, st_blocks,
+qemu-img check) and, after the guest powered off, the same blocks and the
+fill read from the file (``qemu-img convert`` to raw).
+
+The instance is booted in mode none (nova's own overlay) and the host's
+mode switched to space, as an operator installing the plugin on a running
+host would. The command's work (``adopt.adopt``) runs in this process, with
+nova's in-process services: its claim of the instance through task_state
+is nova's real objects and database. The kill tests run the copy itself
+(``live.adopt_running``) in a child process and SIGKILL it at a named
+point (``PREALLOC_TEST_PAUSE_AT``); the next ``adopt`` recovers.
+"""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+
+from nova import context as nova_context
+
+from prealloc_backend.adoption import live
+from prealloc_backend.cmd import adopt as adopt_cmd
+from prealloc_backend.system import stopping
+from prealloc_bench import guest as pb_guest
+from tests import fixtures as pb_fixtures
+from tests.functional.real import base
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+FILL_MIB = 32
+FILL_AT_MIB = 64
+CHURN_OFF_MIB = 256
+# Long enough for the copy (about 40 MiB at the rate below), its pivot,
+# and a stretch of writes on either side.
+CHURN_SECONDS = 30
+RATE = 16 * MIB
+
+_CHILD = textwrap.dedent('''
+    import sys
+    import libvirt
+    from prealloc_backend import conf as pb_conf
+    from prealloc_backend.adoption import live
+    from prealloc_backend.disk import formats, fsprobe
+    from prealloc_backend.planner import diskplan
+    from prealloc_backend.planner.modes import Mode
+    uuid, path, instances_path = sys.argv[1:4]
+    conf = pb_conf.CONF
+    conf([], project='nova')
+    conf.set_override('instances_path', instances_path)
+    checked = formats.check_qcow2_disk(path)
+    size = checked.info['virtual-size']
+    import os
+    plan = diskplan.make_plan(conf.prealloc_backend, None, Mode.SPACE,
+                              diskplan.DiskFormat.QCOW2, size,
+                              fsprobe.facts(os.path.dirname(path)))
+    dom = libvirt.open('qemu:///system').lookupByUUIDString(uuid)
+    new = live.make_target(path, checked.backing, checked.backing_fmt,
+                           size, plan)
+    live.adopt_running(dom, 'vda', path, new, bandwidth=int(sys.argv[4]))
+    print('adopted')
+''')
+
+
+class AdoptTestCase(base.RealHypervisorTestCase):
+
+    PREALLOCATE_IMAGES = 'none'
+
+    def setUp(self):
+        super().setUp()
+        # nova's records say the instances are on compute1; adopt works
+        # on [DEFAULT] host's.
+        self.flags(host='compute1')
+        self.context = nova_context.get_admin_context()
+
+    def _churning_server(self):
+        image = self.image('qcow2', action=pb_guest.ACTION_CHURN,
+                           churn_seconds=CHURN_SECONDS,
+                           churn_fill_mib=FILL_MIB,
+                           churn_off_mib=CHURN_OFF_MIB)
+        server = self.boot(self.flavor(), image)
+        self.wait_for_report(server, 'churn-filled')
+        path = self.disk_path(server)
+        info = pb_fixtures.qemu_img_info(path)
+        # nova's own overlay: what the host made before the plugin's mode.
+        self.assertFalse(info['format-specific']['data'].get('extended-l2'))
+        return server, path
+
+    def _adopt(self, server, mode='space', out=None, stop=None,
+               bandwidth=RATE):
+        self.flags(group='prealloc_backend', mode=mode)
+        report = adopt_cmd.Report(out=out or io.StringIO())
+        adopt_cmd.adopt(self.context, self.conn, uuids=[server['id']],
+                        bandwidth=bandwidth, stop=stop, report=report)
+        return report
+
+    def _churn_count(self, server):
+        return int(pb_guest.parse_console(self.console(server))
+                   .get('churn-at', {}).get('n', 0))
+
+    def _finish(self, server, path):
+        """The guest's own verdict, then the file's, after it powered off.
+        Returns the guest's report.
+        """
+        # Read from the console's file: the guest powers off once it has
+        # reported (nova's console API answers only while it runs).
+        self.wait_for_domain_shutoff(server, timeout=CHURN_SECONDS + 120)
+        console = self.console_log(server)
+        report = pb_guest.parse_console(console).get('churn')
+        self.assertIsNotNone(report, console[-3000:])
+        self.assertEqual('yes', report['ok'], report)
+        writes = int(report['writes'])
+        self.assertGreater(writes, 20)
+        with tempfile.TemporaryDirectory(dir=self.instances_path) as tmp:
+            raw = os.path.join(tmp, 'raw')
+            subprocess.run(['qemu-img', 'convert', '-O', 'raw', path, raw],
+                           check=True, capture_output=True)
+            self.assertEqual(
+                report['md5'],
+                base.md5_of_file_range(raw, CHURN_OFF_MIB * MIB,
+                                       writes * 4096))
+            with open(raw, 'rb') as f:
+                f.seek(FILL_AT_MIB * MIB)
+                self.assertEqual(b'\xaa' * (FILL_MIB * MIB),
+                                 f.read(FILL_MIB * MIB))
+        check = subprocess.run(['qemu-img', 'check', '-f', 'qcow2', path],
+                               capture_output=True, text=True)
+        self.assertEqual(0, check.returncode, check.stdout + check.stderr)
+        return report
+
+    def assert_no_adopt_leftovers(self, server):
+        names = os.listdir(self.instance_dir(server))
+        self.assertEqual([], [n for n in names if '.prealloc-adopt' in n])
+        got = self.api.get_server(server['id'])
+        self.assertIsNone(got['OS-EXT-STS:task_state'])
+
+    def assert_adopted(self, path):
+        info = pb_fixtures.qemu_img_info(path)
+        self.assertTrue(info['format-specific']['data']['extended-l2'])
+        self.assertGreaterEqual(pb_fixtures.allocated(path), GIB)
+
+    def test_running_guest_adopted_live(self):
+        server, path = self._churning_server()
+        before_alloc = pb_fixtures.allocated(path)
+        n0, t0 = self._churn_count(server), time.monotonic()
+        report = self._adopt(server)
+        n1, t1 = self._churn_count(server), time.monotonic()
+        text = report.out.getvalue()
+        self.assertEqual(0, report.status, text)
+        self.assertIn('adopted live', text)
+        # The guest is on the new file now, under the disk's own name, and
+        # libvirt's record names the same path.
+        opened = self.qemu_open_files(server)
+        st = os.stat(path)
+        self.assertEqual((st.st_dev, st.st_ino),
+                         (opened[path].st_dev, opened[path].st_ino))
+        self.assert_adopted(path)
+        self.assert_no_adopt_leftovers(server)
+        guest = self._finish(server, path)
+        self.assert_adopted(path)
+        facts = {'before_alloc': before_alloc,
+                 'after_alloc': pb_fixtures.allocated(path),
+                 'adopt_s': t1 - t0, 'writes_during': n1 - n0,
+                 'guest': guest, 'report': text}
+        base.LOG.info('adoption facts: %s', json.dumps(facts))
+        if os.environ.get('PREALLOC_ADOPT_FACTS'):
+            with open(os.environ['PREALLOC_ADOPT_FACTS'], 'a') as f:
+                f.write(json.dumps(facts) + '\n')
+        # The guest kept writing during the copy, and never waited long.
+        self.assertGreater(n1 - n0, 0, text)
+        self.assertLess(int(guest['maxgap_cs']), 300, guest)
+
+    def test_cancel_keeps_the_original_disk(self):
+        server, path = self._churning_server()
+        inode = os.stat(path).st_ino
+        stop = stopping.Stop()
+
+        class Out(io.StringIO):
+            def write(self, text):
+                if 'MiB/s' in text:
+                    stop.request(signal.SIGINT)
+                return super().write(text)
+
+        out = Out()
+        report = self._adopt(server, out=out, stop=stop, bandwidth=2 * MIB)
+        self.assertIn('cancelled', out.getvalue())
+        self.assertEqual(inode, os.stat(path).st_ino)
+        self.assertEqual(inode, self.qemu_open_files(server)[path].st_ino)
+        self.assert_no_adopt_leftovers(server)
+        self.assertEqual(1, report.status)
+        self._finish(server, path)
+        info = pb_fixtures.qemu_img_info(path)
+        self.assertFalse(info['format-specific']['data'].get('extended-l2'))
+
+    def _killed_at(self, server, path, point):
+        env = dict(os.environ, **{stopping.PAUSE_ENV: point})
+        child = subprocess.Popen(
+            [sys.executable, '-c', _CHILD, server['id'], path,
+             self.instances_path, str(2 * MIB)],
+            env=env, stderr=subprocess.PIPE, text=True)
+        seen = ''
+        deadline = time.monotonic() + 60
+        while 'paused at %s' % point not in seen:
+            line = child.stderr.readline()
+            if not line or time.monotonic() > deadline:
+                child.kill()
+                self.fail('the child never reached %s: %s' % (point, seen))
+            seen += line
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        threading.Thread(target=child.stderr.read, daemon=True).start()
+
+    def test_killed_copy_recovered(self):
+        server, path = self._churning_server()
+        inode = os.stat(path).st_ino
+        # Killed while copying: the next adopt undoes the copy, the guest
+        # never left its original file; then adopts.
+        self._killed_at(server, path, 'adopt copying')
+        self.assertTrue(os.path.exists(path + live.ORIG_SUFFIX))
+        self.assertEqual(inode, os.stat(path + live.ORIG_SUFFIX).st_ino)
+        text = self._adopt(server, mode='none').out.getvalue()
+        self.assertIn('copy undone', text)
+        self.assertEqual(inode, os.stat(path).st_ino)
+        self.assertEqual(inode, self.qemu_open_files(server)[path].st_ino)
+        self.assert_no_adopt_leftovers(server)
+        # Killed after the point of no return, the guest paused: the next
+        # adopt completes the pivot and resumes it.
+        self._killed_at(server, path, 'adopt pivoting')
+        self.assertEqual('paused', self.virsh('domstate',
+                                              server['id']).strip())
+        text = self._adopt(server, mode='none').out.getvalue()
+        self.assertIn('pivot completed', text)
+        self.assertEqual('running', self.virsh('domstate',
+                                               server['id']).strip())
+        self.assertNotEqual(inode, os.stat(path).st_ino)
+        self.assertEqual(os.stat(path).st_ino,
+                         self.qemu_open_files(server)[path].st_ino)
+        self.assert_adopted(path)
+        self.assert_no_adopt_leftovers(server)
+        self._finish(server, path)
+
+    def test_stopped_instance_rewritten_offline(self):
+        # The idle guest reads the image's data and waits; stopped, its disk
+        # is rewritten without a block copy, and it boots from it again.
+        server = self.boot(self.flavor(), self.image('qcow2'))
+        first = self.check_hypervisor_view(server, 'qcow2', 'none', GIB)
+        path = self.disk_path(server)
+        server = self._stop_server(server)
+        report = self._adopt(server)
+        text = report.out.getvalue()
+        self.assertEqual(0, report.status, text)
+        self.assertIn('rewritten offline', text)
+        self.assert_adopted(path)
+        self.assert_no_adopt_leftovers(server)
+        self.assertEqual('SHUTOFF', self.api.get_server(server['id'])[
+            'status'])
+        server = self._start_server(server)
+        self.check_hypervisor_view(server, 'qcow2', 'space', GIB,
+                                   after=first)
+        self.assertIn('at the policy of mode space',
+                      self._adopt(server).out.getvalue())
