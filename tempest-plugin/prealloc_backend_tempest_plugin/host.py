@@ -16,10 +16,12 @@
 running Tempest; ``ssh`` runs the same argument vectors through ``ssh`` on
 the server's compute host; ``command`` through ``host_command`` given the
 host's name (the one-box cloud of tools/cloud-up: ``tools/cloud-host``
-enters the compute host's namespaces). Only read-only commands: qemu-img
-info and map, stat (of files and filesystems), filefrag, virsh dumpxml,
+enters the compute host's namespaces). Read-only commands (qemu-img info
+and map, stat of files and filesystems, filefrag, virsh dumpxml,
 prealloc-backend check, and qemu-img convert of a disk into a temporary
-file of the host's /tmp, removed after its md5sum (``guest_md5``).
+file of the host's /tmp, removed after its md5sum: ``guest_md5``), and one
+that changes the host: ``prealloc-backend adopt`` (PreallocAdoptTest), with
+a configuration file of its own in the host's /tmp, removed after.
 """
 
 import json

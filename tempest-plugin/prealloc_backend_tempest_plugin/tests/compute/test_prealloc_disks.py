@@ -338,7 +338,7 @@ class PreallocNoRoomTest(PreallocHostTest):
             self.assertIn(path, event['details'], what)
 
 
-class PreallocMigrationTest(PreallocHostTest):
+class PreallocTwoHostsTest(PreallocHostTest):
     """A disk that moves to another host (cold migration, block live
     migration) is checked on both hosts: gone from the source, and on the
     destination laid out and allocated as the destination's policy says
@@ -447,6 +447,12 @@ class PreallocMigrationTest(PreallocHostTest):
                          [m['status'] for m in migrations], migrations)
         waiters.wait_for_server_status(self.admin_servers_client, server['id'],
                                        'ACTIVE')
+
+
+class PreallocMigrationTest(PreallocTwoHostsTest):
+    """A disk that moves to another host (cold migration, block live
+    migration): see PreallocTwoHostsTest.
+    """
 
     # The cold migrations go from a host that allocates the disk to one
     # that does not: nova's copy (scp) writes every byte, zeros included,
@@ -644,3 +650,64 @@ class PreallocCheckTest(base.BaseV2ComputeAdminTest):
         for name in hosts:
             code, report = compute_host.ComputeHost(name).prealloc_check()
             self.assertEqual(0, code, '%s: %s' % (name, report))
+
+
+class PreallocAdoptTest(PreallocTwoHostsTest):
+    """``prealloc-backend adopt`` on a running server, then nova's own
+    operations on the adopted disk: a block live migration and a resize.
+
+    The server boots on the host whose mode reserves nothing (metadata);
+    the host's policy is then switched to space for the command (a
+    configuration file after nova-compute's, as an operator changing
+    ``[prealloc_backend] mode`` would), which rewrites the disk live.
+    """
+
+    def adopt(self, server, mode):
+        host = self.host_of(server)
+        override = '/tmp/prealloc-adopt-%s.conf' % server['id']
+        host.run(['sh', '-c', 'printf "[prealloc_backend]\\nmode = %s\\n" '
+                  '> %s' % (mode, override)])
+        try:
+            proc = host.run([CONF.prealloc.prealloc_backend_command, 'adopt',
+                             '--config-file', CONF.prealloc.compute_config,
+                             '--config-file', override,
+                             '--instance', server['id']], check=False,
+                            timeout=CONF.compute.build_timeout)
+        finally:
+            host.run(['rm', '-f', override])
+        self.assertEqual(0, proc.returncode, proc.stdout + proc.stderr)
+        return proc.stdout
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a50')
+    def test_adopted_disk_live_migrates_and_resizes(self):
+        thick, thin = self.thick_and_thin()
+        if self.host_mode(thin) != 'metadata':
+            raise self.skipException('needs a host in mode metadata')
+        server = self.boot_on(self.flavor(), thin)
+        self.assert_disk(server, 'metadata', GiB)
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        data = host.guest_md5(path)
+
+        out = self.adopt(server, 'space')
+
+        self.assertIn('adopted live', out)
+        self.assert_disk(self.admin_view(server['id']), 'space', GiB)
+        self.assertEqual(data, host.guest_md5(path))
+        # Nothing of the command is left, and nova's records are free.
+        self.assertIsNone(self.admin_view(server['id'])[
+            'OS-EXT-STS:task_state'])
+        # A second run finds the disk at policy.
+        self.assertIn('at the policy of mode space', self.adopt(server,
+                                                                'space'))
+        # nova moves the adopted disk: the destination's mode is space.
+        self.live_migrate(server, thick)
+        self.assert_moved(server, thin, thick, 'space')
+        bigger = self.flavor(disk=2, **{'prealloc:mode': 'space'})
+        self.admin_servers_client.resize_server(server['id'], bigger['id'])
+        waiters.wait_for_server_status(self.admin_servers_client,
+                                       server['id'], 'VERIFY_RESIZE')
+        self.admin_servers_client.confirm_resize_server(server['id'])
+        waiters.wait_for_server_status(self.admin_servers_client,
+                                       server['id'], 'ACTIVE')
+        self.assert_disk(self.admin_view(server['id']), 'space', 2 * GiB)
