@@ -264,6 +264,12 @@ RUN_ELSEWHERE = {
     r'prealloc-backend check --qemu-conf /etc/kolla/nova-libvirt/'
     r'qemu\.conf': (
         'tests/integration/test_check_command.py', "'--qemu-conf'"),
+    # the plugin's Tempest test runs the command on a compute host of the
+    # one-box cloud (PreallocAdoptTest), with nova-compute's configuration
+    r'prealloc-backend adopt --config-file /etc/nova/nova\.conf '
+    r'(--all --dry-run|--instance UUID)': (
+        'tempest-plugin/prealloc_backend_tempest_plugin/tests/compute/'
+        'test_prealloc_disks.py', "prealloc_backend_command, 'adopt'"),
     # TestDocCommands.test_upgrade_leftovers_find below
     r"find /var/lib/nova/instances -name '\*\.prealloc-journal' "
     r"-o -name '\*\.prealloc-tmp'": (
@@ -280,6 +286,9 @@ NOT_COVERED = {
      '--json /tmp/i22b.json'),
     ('cli/prealloc-backend-check.rst',
      'prealloc-backend check [--config-file PATH ...] '
+     '[--config-dir DIR ...]'),
+    ('cli/prealloc-backend-adopt.rst',
+     'prealloc-backend adopt [--config-file PATH ...] '
      '[--config-dir DIR ...]'),
     ('cli/prealloc-nova-compute.rst',
      "prealloc-nova-compute [nova-compute's arguments]"),
