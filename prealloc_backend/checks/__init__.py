@@ -34,6 +34,8 @@ one concern, reading the configuration and shared facts from ``host``
 - libvirtd.py: libvirt's disk ownership settings (qemu.conf); the
   <metadata_cache> the plan writes, and whether libvirt honours it.
 - discard.py: what a guest's TRIM does to the disks of each mode.
+- existing.py: existing overlays not at the host's policy, and what
+  adopting them would reserve (read-only, nothing followed).
 
 CHECKS is their order in the report; cmd/check.py runs them on
 oslo.upgradecheck.
@@ -42,6 +44,7 @@ oslo.upgradecheck.
 from prealloc_backend.checks import compute_driver
 from prealloc_backend.checks import config
 from prealloc_backend.checks import discard
+from prealloc_backend.checks import existing
 from prealloc_backend.checks import filesystem
 from prealloc_backend.checks import instances
 from prealloc_backend.checks import libvirtd
@@ -60,6 +63,7 @@ CHECKS = (
     ('libvirt disk ownership', libvirtd.check_ownership),
     ('libvirt metadata cache', libvirtd.check_metadata_cache),
     ('Guest discard', discard.check_guest_discard),
+    ('Existing disks', existing.check_existing_disks),
     # After every other check: a swap while they ran is caught.
     ('Instances path, at the end', instances.check_pin_again),
 )

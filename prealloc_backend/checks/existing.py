@@ -1,0 +1,168 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Check: the existing disks of this host against its policy.
+
+Counts the qcow2 overlays nova made in instances_path (``<uuid>/disk``,
+``disk.local``, ``disk.eph*``, ``disk.swap``) that are not at the host's
+policy (planner.adoption.verdict, the decision ``prealloc-backend adopt``
+takes), their virtual size, and the bytes adopting them would reserve
+against the free space. Judged against the host's mode: an instance whose
+flavor names another mode is judged by ``adopt``, which reads the flavor
+through nova.
+
+Runs as root and only reads: each directory and file is opened without
+following a symlink (O_NOFOLLOW, relative to the directory's descriptor),
+only regular files, and only the first 104 bytes of each (the qcow2
+header: size, cluster bits, backing file, extended_l2), with its fstat.
+"""
+
+import os
+import stat
+import struct
+
+from prealloc_backend.checks import result
+from prealloc_backend.planner import adoption
+from prealloc_backend.planner import diskplan
+from prealloc_backend.planner import modes
+from prealloc_backend import sizes
+
+DISK_NAMES = ('disk', 'disk.local', 'disk.swap')
+DISK_PREFIXES = ('disk.eph',)
+QCOW2_MAGIC = b'QFI\xfb'
+HEADER = 104
+# qcow2 v3 incompatible feature bit 4: extended L2 entries.
+EXTENDED_L2 = 1 << 4
+OPEN_FLAGS = (os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK |
+              getattr(os, 'O_NOATIME', 0))
+
+
+def overlay_facts(dir_fd, name):
+    """(OverlayFacts, has a backing file) of the qcow2 file ``name`` in the
+    directory ``dir_fd``, or None when it is not a regular qcow2 file.
+    """
+    try:
+        fd = os.open(name, OPEN_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        try:
+            fd = os.open(name, OPEN_FLAGS & ~getattr(os, 'O_NOATIME', 0),
+                         dir_fd=dir_fd)
+        except OSError:
+            return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        header = os.pread(fd, HEADER, 0)
+    finally:
+        os.close(fd)
+    if len(header) < 72 or header[:4] != QCOW2_MAGIC:
+        return None
+    version, backing_offset = struct.unpack('>IQ', header[4:16])
+    cluster_bits, = struct.unpack('>I', header[20:24])
+    size, = struct.unpack('>Q', header[24:32])
+    incompatible = 0
+    if version >= 3 and len(header) >= 80:
+        incompatible, = struct.unpack('>Q', header[72:80])
+    if not 9 <= cluster_bits <= 21:
+        return None
+    facts = adoption.OverlayFacts(
+        virtual_size=size, cluster_size=1 << cluster_bits,
+        extended_l2=bool(incompatible & EXTENDED_L2),
+        allocated_bytes=st.st_blocks * 512)
+    return facts, backing_offset != 0
+
+
+def _disks(path):
+    """[(uuid/name, OverlayFacts)] of the overlays under ``path``."""
+    found = []
+    top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
+                  os.O_CLOEXEC)
+    try:
+        for entry in sorted(os.listdir(top)):
+            try:
+                sub = os.open(entry, os.O_RDONLY | os.O_DIRECTORY |
+                              os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+            except OSError:
+                continue   # a file, a symlink, _base's siblings
+            try:
+                try:
+                    names = sorted(os.listdir(sub))
+                except OSError:
+                    continue
+                for name in names:
+                    if not (name in DISK_NAMES or
+                            name.startswith(DISK_PREFIXES)) or \
+                            '.prealloc' in name:
+                        continue
+                    got = overlay_facts(sub, name)
+                    if got is not None and got[1]:
+                        found.append(('%s/%s' % (entry, name), got[0]))
+            finally:
+                os.close(sub)
+    finally:
+        os.close(top)
+    return found
+
+
+def check_existing_disks(host):
+    """Existing overlays not at the host's policy: count, sizes, and what
+    adopting them would reserve.
+    """
+    path = os.path.abspath(host.conf.instances_path)
+    if host.disk_format is not diskplan.DiskFormat.QCOW2:
+        return result.success(
+            'New disks here are not qcow2 overlays (images_type = %s, '
+            'use_cow_images = %s): prealloc-backend adopt rewrites qcow2 '
+            'overlays only.' % (host.conf.libvirt.images_type,
+                                host.conf.use_cow_images))
+    mode = host.mode
+    if mode is modes.Mode.NONE:
+        return result.success('Mode none: nova\'s own overlays are this '
+                              'host\'s policy; nothing to adopt.')
+    if not os.path.isdir(path):
+        return result.success('%s does not exist yet: no existing disk.'
+                              % path)
+    fs = host.fs_facts()
+    opts = host.conf.prealloc_backend
+    try:
+        disks = _disks(path)
+    except OSError as exc:
+        # A symlink, a file, a directory swapped while the check runs:
+        # the Instances path checks judge it; nothing is read here.
+        return result.success('%s not read (%s): see the Instances path '
+                              'checks.' % (path, exc.strerror or exc))
+    off, virtual, to_reserve, at_policy = [], 0, 0, 0
+    for name, facts in disks:
+        verdict = adoption.verdict(opts, {}, mode, facts, fs, path=name)
+        if verdict.at_policy:
+            at_policy += 1
+            continue
+        off.append(name)
+        virtual += facts.virtual_size
+        if verdict.plan is not None:
+            to_reserve += max(0, verdict.plan.needed_bytes -
+                              facts.allocated_bytes)
+    found = {'at_policy': at_policy, 'not_at_policy': len(off),
+             'virtual_bytes': virtual, 'would_reserve_bytes': to_reserve,
+             'free_bytes': fs.free_bytes, 'disks': off}
+    if not off:
+        return result.success(
+            '%d existing overlay(s) in %s, all at the policy of mode %s.'
+            % (at_policy, path, mode.value), **found)
+    return result.success(
+        '%d existing overlay(s) in %s not at the policy of mode %s (%s '
+        'virtual; %d at it): adopting them would reserve %s more, %s is '
+        'free. Judged against the host\'s mode; prealloc-backend adopt '
+        '--all --dry-run judges each with its flavor\'s and lists them.'
+        % (len(off), path, mode.value, sizes.human(virtual), at_policy,
+           sizes.human(to_reserve), sizes.human(fs.free_bytes)), **found)
