@@ -48,6 +48,7 @@ from prealloc_backend.adapter import backend
 from prealloc_backend.adapter import events
 from prealloc_backend.adapter import migrationops
 from prealloc_backend.adapter import operation
+from prealloc_backend.adoption import recovery
 from prealloc_backend import conf
 from prealloc_backend.disk import hostcaps
 from prealloc_backend import exception
@@ -134,6 +135,38 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
     def init_host(self, host):
         super().init_host(host)
         self._record_connection()
+        self._recover_adoptions(host)
+
+    def _recover_adoptions(self, host):
+        """Finish or undo what an interrupted ``prealloc-backend adopt``
+        left (adoption.recovery), before nova starts any guest of this host
+        (resume_guests_state_on_host_boot would boot a disk's name while it
+        names the half-made copy), and clear the task states it left.
+        Skipped while an adopt runs; never stops nova-compute.
+        """
+        path = CONF.instances_path
+        if not recovery.leftovers(path):
+            return
+        try:
+            lock = recovery.host_lock(path)
+        except recovery.AlreadyRunning:
+            LOG.info('prealloc_backend: an adopt runs: it recovers what an '
+                     'interrupted one left')
+            return
+        except OSError as exc:
+            LOG.warning('prealloc_backend: adoptions left unrecovered: %s',
+                        exc)
+            return
+        try:
+            conn = self._host.get_connection()
+            recovery.recover_all(conn, path, LOG.info, LOG.error)
+            recovery.release_stale_claims(nova_context.get_admin_context(),
+                                          host, path, LOG.info)
+        except Exception:
+            LOG.exception('prealloc_backend: recovering interrupted '
+                          'adoptions failed')
+        finally:
+            os.close(lock)
 
     def _record_connection(self):
         """What the connection's libvirt and QEMU are, for the guests'

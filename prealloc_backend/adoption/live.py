@@ -24,25 +24,39 @@ preallocation of the disk's plan. Then, with a journal beside the disk
 2. A shallow block copy (``virDomainBlockCopy``, SHALLOW | REUSE_EXT |
    TRANSIENT_JOB) mirrors the guest's own clusters onto the new overlay,
    at ``bandwidth`` when given; every guest write meanwhile reaches both.
-3. Once the copy is ready: the guest is paused, the copy waited for until
-   nothing is left to copy, the new file flushed (fsync), and the journal
-   says ``pivoting``: from here the new file holds every byte the guest
-   wrote, durably, and is the disk whatever happens next.
-4. The pivot (``virDomainBlockJobAbort`` with PIVOT), the guest resumed,
-   the original file removed and the directory flushed, the journal
-   removed.
+3. Once the copy is in step: the journal says the guest is paused (before
+   it is), the copy's rate limit is lifted, the guest is paused (QEMU
+   flushes the original file), the copy waited for until nothing is left,
+   and the pivot (``virDomainBlockJobAbort`` with PIVOT): QEMU flushes the
+   new file, metadata included, before it switches to it.
+4. ``pivoted``: the new file flushed again from here, the journal says so;
+   only then is the guest resumed, the original file removed and the
+   directory flushed, the journal removed.
 
-Until the journal says ``pivoting`` the original file is the disk: a
-cancel, a failed copy (the destination's filesystem full, libvirtd gone),
-or ``recover`` after a kill or a power cut, abort the copy (never a pivot)
-and give the original file its name back. The guest keeps running on it
-throughout; QEMU never pivots by itself. After ``pivoting``, ``recover``
-completes the pivot, resumes the guest and removes the original file. So a
-kill at any point, or a power cut, leaves the guest's disk complete under
-its own name; ``recover`` removes what is left over.
+The guest writes nothing between its pause and ``pivoted``: until then the
+original file holds everything it wrote, flushed; from then the new file
+does. Which file QEMU has open, when it runs, is read from QEMU's own
+image locks (its write-permission byte, fileops.QEMU_WRITER_BYTE): a
+file no QEMU holds is the only one ever renamed over or removed.
 
-The guest pauses only across steps 3 and 4: the end of a copy already in
-step, one fsync and the pivot.
+``recover`` (after a kill, a power cut, a libvirtd restart) and the undo of
+a cancel or a failed copy follow from that:
+
+- QEMU holds only the new file: the pivot happened; it is the disk.
+- QEMU holds the original (the copy still running, aborted, never
+  pivoted, or not started): the copy is aborted and the original file
+  gets its name back.
+- QEMU holds neither (the guest is not running): the journal decides:
+  ``swapped``, the original; ``pivoted``, the new file.
+- QEMU holds a file the journal cannot explain (the disk's name started by
+  something else meanwhile): nothing is touched, the journal stays, the
+  error says why.
+
+A guest the adoption paused is resumed by the undo or by ``recover``; one
+QEMU paused on an I/O error while the copy took room (a full filesystem)
+is resumed once the copy's file is gone. nova-compute's start runs
+``recover`` too (the driver's init_host), before nova starts any guest,
+unless an adopt runs.
 
 Everything here runs as the caller: ``prealloc-backend adopt`` runs it as
 the owner of instances_path (the nova user), never as root.
@@ -56,6 +70,7 @@ import time
 from lxml import etree
 from oslo_log import log as logging
 
+from prealloc_backend.disk import journal as journal_mod
 from prealloc_backend.disk import qemu
 from prealloc_backend import exception
 from prealloc_backend.system import fileops
@@ -67,15 +82,23 @@ JOURNAL_SUFFIX = '.prealloc-adopt'
 NEW_SUFFIX = '.prealloc-adopt-new'
 ORIG_SUFFIX = '.prealloc-adopt-orig'
 SWAPPED = 'swapped'
-PIVOTING = 'pivoting'
-PHASES = (SWAPPED, PIVOTING)
+PIVOTED = 'pivoted'
+# A stopped instance's offline rewrite (qcow2.relayout_overlay): its
+# temporary file is removed by recover.
+OFFLINE = 'offline'
+PHASES = (SWAPPED, PIVOTED, OFFLINE)
 # libvirt's constants, by value, so that this module imports without the
 # libvirt python module (the unit tier has none).
 BLOCK_COPY_SHALLOW = 1
 BLOCK_COPY_REUSE_EXT = 2
 BLOCK_COPY_TRANSIENT_JOB = 4
 BLOCK_JOB_ABORT_PIVOT = 2
+DOMAIN_RUNNING = 1
 DOMAIN_PAUSED = 3
+# virDomainPausedReason: paused by a client (the adoption's suspend).
+PAUSED_USER = 1
+# virDomainPausedReason: stopped on an I/O error (werror=enospc, ...).
+PAUSED_IOERROR = 5
 # Seconds between two looks at the copy.
 POLL = 0.2
 # Seconds the paused guest waits, at most, for the copy's last bytes
@@ -137,8 +160,19 @@ def _journal(path, phase, dev, paused=False):
         mode=0o600)
 
 
+def begin_offline(path):
+    """Journal a stopped instance's offline rewrite of ``path``."""
+    _journal(path, OFFLINE, None)
+
+
+def end_offline(path):
+    _end_journal(path)
+
+
 def _end_journal(path):
     fileops.remove(journal_path(path))
+    # A journal write killed before its rename leaves this.
+    fileops.remove(journal_path(path) + '.tmp')
     fileops.fsync_dir(os.path.dirname(path))
 
 
@@ -155,6 +189,22 @@ def _unswap(path, orig):
     if os.path.lexists(orig):
         os.rename(orig, path)
         fileops.fsync_dir(os.path.dirname(path))
+
+
+def held_by_qemu(path):
+    """True when a QEMU holds the file at ``path`` open for writing (its
+    image lock on the write-permission byte), False when none does, None
+    when there is no such file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC |
+                     os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    try:
+        return fileops.ofd_lock_held(fd, fileops.QEMU_WRITER_BYTE)
+    finally:
+        os.close(fd)
 
 
 def disk_sources(domain):
@@ -229,18 +279,31 @@ def make_target(path, backing, backing_fmt, virtual_size, plan,
     return new
 
 
+def _inode(path):
+    st = os.lstat(path)
+    return st.st_dev, st.st_ino
+
+
 def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
                   cancelled=lambda: False):
     """Put the guest of ``domain`` on ``new`` (make_target's) in place of
     the overlay at ``path`` (its disk ``dev``), as the module says.
     Returns the seconds the guest was paused. Raises Cancelled or
-    AdoptionFailed with the guest on its original disk and ``new`` gone.
+    AdoptionFailed with the guest on its original disk and ``new`` gone,
+    or, past the pivot, AdoptionFailed saying what recover did.
     """
     orig = path + ORIG_SUFFIX
-    if os.path.lexists(orig):
-        raise AdoptionFailed('%s exists: a crashed adoption is left there; '
+    if domain.info()[0] != DOMAIN_RUNNING:
+        raise AdoptionFailed('%s: the guest is not running (libvirt state '
+                             '%d): left as it is' % (path, domain.info()[0]))
+    if disk_sources(domain).get(dev) != path:
+        raise AdoptionFailed('%s is not the disk %s of the domain: left as '
+                             'it is' % (path, dev))
+    if os.path.lexists(orig) or os.path.lexists(journal_path(path)):
+        raise AdoptionFailed('%s: a killed adoption left its files there; '
                              'run prealloc-backend adopt again to recover '
-                             'it' % orig)
+                             'them' % path)
+    target = _inode(new)
     _journal(path, SWAPPED, dev)
     try:
         _swap(path, new, orig)
@@ -250,25 +313,55 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
         params = {'bandwidth': int(bandwidth)} if bandwidth else {}
         dest = ("<disk type='file'><source file=%s/><driver type='qcow2'/>"
                 "</disk>" % _quote(path))
+        if _inode(path) != target:
+            raise AdoptionFailed('%s was replaced before the copy' % path)
         domain.blockCopy(dev, dest, params, flags)
+        if _inode(path) != target:
+            raise AdoptionFailed('%s was replaced when the copy started'
+                                 % path)
         _wait_ready(domain, dev, progress, cancelled)
-        paused = _settle_and_pivot(domain, dev, path)
+        paused = _pause_and_pivot(domain, dev, path)
     except BaseException as exc:
         try:
-            _back_to_original(domain, dev, path, orig)
+            done = recover(domain, path)
+            resumed = _resume_after_io_error(domain)
         except Exception:
-            LOG.exception('%s: could not undo the adoption; the journal '
-                          'stays for prealloc-backend adopt to recover',
-                          path)
+            LOG.exception('%s: could not finish or undo the adoption; the '
+                          'journal stays for prealloc-backend adopt to '
+                          'recover', path)
             raise exc
+        if done and done.startswith(PIVOT_DONE):
+            raise AdoptionFailed('%s: %s, after: %s' % (path, done, exc))
         if isinstance(exc, (Cancelled, KeyboardInterrupt)):
             raise
         if isinstance(exc, Exception):
             raise AdoptionFailed('%s: the copy failed, the guest stays on '
-                                 'its original disk: %s' % (path, exc))
+                                 'its original disk%s: %s' % (
+                                     path, resumed, exc))
         raise
-    _finish(path, orig)
+    domain_resumed = _resume_ours(domain, path)
+    fileops.remove(orig)
+    _end_journal(path)
+    if not domain_resumed:
+        raise AdoptionFailed('%s: adopted, but the guest is not running '
+                             'after its resume' % path)
     return paused
+
+
+def _resume_after_io_error(domain):
+    """Resume a guest QEMU paused on an I/O error while the copy ran (its
+    own writes found the filesystem full while the copy's target took
+    room, now given back); '' when it runs, else what was done, in words.
+    """
+    try:
+        state, reason = domain.state()
+    except Exception:
+        return ''
+    if state != DOMAIN_PAUSED or reason != PAUSED_IOERROR:
+        return ''
+    domain.resume()
+    return (' (QEMU had paused it on an I/O error during the copy, a full '
+            'filesystem: resumed once the copy\'s file was removed)')
 
 
 def _quote(value):
@@ -294,70 +387,66 @@ def _wait_ready(domain, dev, progress, cancelled):
         time.sleep(POLL)
 
 
-def _settle_and_pivot(domain, dev, path):
+def _pause_and_pivot(domain, dev, path):
+    """Steps 3 and 4 of the module; the seconds the guest was paused."""
+    # Said before the pause: a kill from here on leaves a guest recover
+    # resumes.
+    _journal(path, SWAPPED, dev, paused=True)
+    # The rate limit would slow the last bytes while the guest waits.
+    domain.blockJobSetSpeed(dev, 0, 0)
     start = time.monotonic()
     domain.suspend()
-    try:
-        deadline = start + SETTLE_TIMEOUT
-        while True:
-            job = _job(domain, dev)
-            if job is None:
-                raise AdoptionFailed('the block copy of %s ended while the '
-                                     'guest was paused' % dev)
-            if job['cur'] == job['end'] and _mirror_ready(domain, dev)[1]:
-                break
-            if time.monotonic() > deadline:
-                raise AdoptionFailed('the block copy of %s did not settle '
-                                     'within %d s of the pause' %
-                                     (dev, SETTLE_TIMEOUT))
-            time.sleep(0.01)
-        # The paused guest writes nothing: the new file holds all it wrote.
-        fileops.sync(path)
-        _journal(path, PIVOTING, dev, paused=True)
-        stopping.pause_point('adopt pivoting')
-        try:
-            domain.blockJobAbort(dev, BLOCK_JOB_ABORT_PIVOT)
-        except Exception:
-            if _job(domain, dev) is not None:
-                # The pivot did not happen and the paused guest wrote
-                # nothing since the settle: its original file is the disk
-                # again, as before the journal said pivoting.
-                _journal(path, SWAPPED, dev)
-            raise
-    except BaseException:
-        if domain.info()[0] == DOMAIN_PAUSED and read_journal(
-                path)['phase'] == SWAPPED:
-            domain.resume()
-        raise
-    domain.resume()
+    stopping.pause_point('adopt paused')
+    deadline = start + SETTLE_TIMEOUT
+    while True:
+        job = _job(domain, dev)
+        if job is None:
+            raise AdoptionFailed('the block copy of %s ended while the '
+                                 'guest was paused' % dev)
+        if job['cur'] == job['end'] and _mirror_ready(domain, dev)[1]:
+            break
+        if time.monotonic() > deadline:
+            raise AdoptionFailed('the block copy of %s did not settle '
+                                 'within %d s of the pause' %
+                                 (dev, SETTLE_TIMEOUT))
+        time.sleep(0.01)
+    domain.blockJobAbort(dev, BLOCK_JOB_ABORT_PIVOT)
+    if held_by_qemu(path + ORIG_SUFFIX) or not held_by_qemu(path):
+        raise AdoptionFailed('after the pivot of %s, QEMU does not hold '
+                             'the new file alone' % dev)
+    # QEMU flushed the new file completing the copy; flushed again here,
+    # then the directory, before the journal says it is the disk.
+    fileops.sync(path)
+    fileops.fsync_dir(os.path.dirname(path))
+    _journal(path, PIVOTED, dev, paused=True)
+    stopping.pause_point('adopt pivoted')
     return time.monotonic() - start
 
 
-def _back_to_original(domain, dev, path, orig):
+def _resume_ours(domain, path):
+    """Resume the guest if the journal says the adoption paused it and
+    libvirt says it is paused by a user (not on an I/O error). True when
+    it runs afterwards.
+    """
     record = read_journal(path)
-    if record and record['phase'] == PIVOTING:
-        # Past the point of no return: the new file is the disk.
-        recover(domain, path)
-        return
-    _abort_job(domain, dev)
-    _unswap(path, orig)
-    new = path + NEW_SUFFIX
-    if os.path.lexists(new):
-        fileops.remove(new)
-    _end_journal(path)
+    if record and record.get('paused'):
+        state, reason = domain.state()
+        if state == DOMAIN_PAUSED and reason == PAUSED_USER:
+            domain.resume()
+    return domain.info()[0] == DOMAIN_RUNNING
 
 
-def _finish(path, orig):
-    fileops.remove(orig)
-    fileops.fsync_dir(os.path.dirname(path))
-    _end_journal(path)
+PIVOT_DONE = 'pivot completed'
 
 
 def recover(domain, path):
-    """Finish or undo an adoption a kill or a power cut interrupted, as
-    the journal beside ``path`` says (see the module). ``domain`` is the
-    instance's libvirt domain, or None when it is not defined. Returns
-    what was done, in words, or None when there was nothing to do.
+    """Finish or undo an adoption a kill, a power cut or a failure
+    interrupted, as the module says, from the journal beside ``path`` and
+    the image locks QEMU holds. ``domain`` is the instance's libvirt
+    domain (None when this host does not define it: then only a journal
+    of a guest that cannot run here is acted on). Returns what was done,
+    in words, or None when there was nothing to do. Raises PreallocError
+    when it cannot tell which file is the disk (nothing touched then).
     """
     record = read_journal(path)
     new = path + NEW_SUFFIX
@@ -367,25 +456,59 @@ def recover(domain, path):
             # Made, never swapped in (the journal is written before the
             # swap): a kill while making it.
             fileops.remove(new)
+            fileops.remove(journal_path(path) + '.tmp')
             return 'removed %s (a target never used)' % new
         return None
+    phase = record['phase']
+    if phase == OFFLINE:
+        fileops.remove(path + journal_mod.TMP_SUFFIX)
+        _end_journal(path)
+        return 'removed what an offline rewrite left; %s as it was' % path
     dev = record.get('dev')
     active = domain is not None and domain.isActive()
-    if record['phase'] == SWAPPED:
-        if active and dev:
-            _abort_job(domain, dev)
-        _unswap(path, orig)
-        if os.path.lexists(new):
-            fileops.remove(new)
+    if active and disk_sources(domain).get(dev) != path:
+        raise exception.PreallocError(
+            reason='%s: its adoption journal names disk %r, which the '
+                   'domain does not have at this path: left as it is'
+                   % (path, dev))
+    on_orig = held_by_qemu(orig)
+    on_new = held_by_qemu(path) if os.path.lexists(orig) else None
+    if active and on_orig and _job(domain, dev) is not None:
+        # The copy still runs: never pivoted.
+        _abort_job(domain, dev)
+        on_new = False
+    if on_new and phase == SWAPPED and not record.get('paused'):
+        # A pivot comes only after the journal said the guest is paused:
+        # a QEMU on the disk's name without it was started from the copy.
+        raise exception.PreallocError(
+            reason='%s: a QEMU runs on %s while the journal says the '
+                   'original file %s is the disk (started from the '
+                   'disk\'s name after a crash?): left as it is'
+                   % (path, path, orig))
+    if on_orig and on_new:
+        raise exception.PreallocError(
+            reason='%s: QEMU holds both %s and %s with no copy running: '
+                   'left as it is' % (path, orig, path))
+    if on_new or (not on_orig and phase == PIVOTED):
+        # QEMU on the new file alone (the pivot happened), or no QEMU and
+        # the journal says the new file is the disk.
+        if os.path.lexists(orig):
+            fileops.remove(orig)
+        resumed = active and _resume_ours(domain, path)
+        fileops.sync(path)
         _end_journal(path)
-        return 'copy undone: the guest keeps its original disk %s' % path
-    if active and dev and _job(domain, dev) is not None:
-        domain.blockJobAbort(dev, BLOCK_JOB_ABORT_PIVOT)
-    if active and record.get('paused') and domain.info()[0] == \
-            DOMAIN_PAUSED:
-        domain.resume()
-    if os.path.lexists(orig):
-        fileops.remove(orig)
-        fileops.fsync_dir(os.path.dirname(path))
+        return '%s: %s is the preallocated disk%s' % (
+            PIVOT_DONE, path, ', the guest resumed' if resumed else '')
+    if os.path.lexists(orig) and held_by_qemu(path) and not on_orig:
+        raise exception.PreallocError(
+            reason='%s: a QEMU runs on %s while the journal says the '
+                   'original file %s is the disk (started from the '
+                   'disk\'s name after a crash?): left as it is'
+                   % (path, path, orig))
+    _unswap(path, orig)
+    if os.path.lexists(new):
+        fileops.remove(new)
+    resumed = active and _resume_ours(domain, path)
     _end_journal(path)
-    return 'pivot completed: %s is the preallocated disk' % path
+    return 'copy undone: the guest keeps its original disk %s%s' % (
+        path, ', resumed' if resumed else '')

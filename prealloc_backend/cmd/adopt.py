@@ -48,9 +48,8 @@ on its original disk); 130 or 143 stopped by SIGINT or SIGTERM (the disk
 being copied left on its original); 255 an error of the command itself.
 """
 
-import fcntl
-import glob
 import logging
+import math
 import os
 import signal
 import sys
@@ -58,6 +57,7 @@ import time
 import traceback
 
 from prealloc_backend.adoption import live
+from prealloc_backend.adoption import recovery
 from prealloc_backend.checks import owner
 from prealloc_backend.cmd import check as check_cmd
 from prealloc_backend import conf as pb_conf
@@ -72,18 +72,11 @@ from prealloc_backend.system import stopping
 LOG = logging.getLogger(__name__)
 CONF = pb_conf.CONF
 
-# The instance's task_state while it is being adopted (nova's field is a
-# free string; its API refuses actions in any task state but None).
-TASK_STATE = 'prealloc_adopting'
-LOCK_NAME = '.prealloc-adopt.lock'
+TASK_STATE = recovery.TASK_STATE
 ERROR_EXIT = 255
 # nova's names of the disks it makes from its image cache.
 DISK_NAMES = ('disk', 'disk.local', 'disk.swap')
 DISK_PREFIXES = ('disk.eph',)
-
-
-class AlreadyRunning(Exception):
-    pass
 
 
 def add_arguments(parser):
@@ -111,15 +104,20 @@ def add_arguments(parser):
                         help='Print the log lines of the plugin and nova.')
 
 
+# libvirt's bandwidth is an unsigned long long of bytes/s.
+MAX_RATE = 2 ** 63 - 1
+
+
 def _rate(text):
     try:
-        value = float(text)
+        value = float(text) * 1024 * 1024
     except ValueError:
         value = -1
-    if not value > 0:
-        raise check_cmd.SizeError('--max-rate %r: a number of MiB/s above '
-                                  'zero' % text)
-    return int(value * 1024 * 1024)
+    if not (math.isfinite(value) and 1 <= value <= MAX_RATE):
+        raise check_cmd.SizeError(
+            '--max-rate %r: a number of MiB/s, at least 1 byte/s and at '
+            'most %d bytes/s' % (text, MAX_RATE))
+    return int(value)
 
 
 class Report:
@@ -162,41 +160,6 @@ def candidate_disks(domain, uuid):
     return found
 
 
-def recover_leftovers(conn, report, dry_run=False):
-    """Finish or undo what a killed adopt left under instances_path."""
-    pattern = os.path.join(glob.escape(CONF.instances_path), '*',
-                           '*' + live.JOURNAL_SUFFIX)
-    news = os.path.join(glob.escape(CONF.instances_path), '*',
-                        '*' + live.NEW_SUFFIX)
-    paths = {p[:-len(live.JOURNAL_SUFFIX)] for p in glob.glob(pattern)}
-    paths |= {p[:-len(live.NEW_SUFFIX)] for p in glob.glob(news)}
-    for path in sorted(paths):
-        uuid = os.path.basename(os.path.dirname(path))
-        if dry_run:
-            report.say('%s: left by a killed adopt (would be recovered)'
-                       % path)
-            continue
-        try:
-            domain = _domain(conn, uuid)
-            done = live.recover(domain, path)
-        except Exception as exc:
-            report.failed('%s: could not recover a killed adoption: %s'
-                          % (path, exc))
-            continue
-        if done:
-            report.say('%s: %s' % (path, done))
-
-
-def _domain(conn, uuid):
-    import libvirt
-    try:
-        return conn.lookupByUUIDString(uuid)
-    except libvirt.libvirtError as exc:
-        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-            return None
-        raise
-
-
 def overlay_facts(path):
     """(Checked, OverlayFacts) of the overlay at ``path``, checked as the
     plugin checks every disk it opens (formats.check_qcow2_disk).
@@ -212,35 +175,23 @@ def overlay_facts(path):
     return checked, facts
 
 
-def _release(instance):
-    from nova import exception as nova_exception
-    instance.task_state = None
-    try:
-        instance.save(expected_task_state=[TASK_STATE])
-    except (nova_exception.UnexpectedTaskStateError,
-            nova_exception.InstanceNotFound):
-        pass   # deleted, or someone else's now
-
-
-def release_stale_claims(context, report):
-    """Task states this host's adopt left (a killed run): none runs now,
-    the lock says so.
-    """
-    from nova import objects
-    for instance in objects.InstanceList.get_by_host(context, CONF.host):
-        if instance.task_state == TASK_STATE:
-            _release(instance)
-            report.say('instance %s: task_state %s left by a killed adopt '
-                       'cleared' % (instance.uuid, TASK_STATE))
-
-
 def _claim(instance):
+    """Claim the instance (nova's compare-and-swap on task_state), and
+    read it again: its host and state are checked from that read. False
+    when it is busy or gone.
+    """
     from nova import exception as nova_exception
     instance.task_state = TASK_STATE
     try:
         instance.save(expected_task_state=[None])
-    except nova_exception.UnexpectedTaskStateError:
         instance.refresh()
+    except nova_exception.UnexpectedTaskStateError:
+        try:
+            instance.refresh()
+        except nova_exception.InstanceNotFound:
+            pass
+        return False
+    except nova_exception.InstanceNotFound:
         return False
     return True
 
@@ -281,7 +232,7 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
         report.left('instance %s: vm_state %s: only active and stopped '
                     'instances are adopted' % (uuid, instance.vm_state))
         return
-    domain = _domain(conn, uuid)
+    domain = recovery.lookup(conn, uuid)
     if domain is None:
         report.left('instance %s: no libvirt domain on this host' % uuid)
         return
@@ -323,6 +274,10 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
         return
     try:
         running = domain.isActive()
+        if instance.host != CONF.host:
+            report.left('instance %s: moved to host %s meanwhile: left '
+                        'alone' % (uuid, instance.host))
+            return
         if running != (instance.vm_state == vm_states.ACTIVE):
             report.left('instance %s: vm_state %s but its domain is %s: '
                         'left alone' % (uuid, instance.vm_state,
@@ -335,7 +290,12 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
             _adopt_disk(domain, running, uuid, dev, path, checked, facts,
                         verdict, report, bandwidth, stop)
     finally:
-        _release(instance)
+        if recovery.leftovers(CONF.instances_path, uuid):
+            report.failed('instance %s: task_state %s kept: an interrupted '
+                          'adoption is left beside its disks; run adopt '
+                          'again' % (uuid, TASK_STATE))
+        else:
+            recovery.release(instance)
 
 
 def _adopt_disk(domain, running, uuid, dev, path, checked, facts, verdict,
@@ -345,8 +305,19 @@ def _adopt_disk(domain, running, uuid, dev, path, checked, facts, verdict,
     timeout = CONF.prealloc_backend.allocation_timeout or None
     start = time.monotonic()
     if not running:
-        qcow2.relayout_overlay(path, checked.backing, checked.backing_fmt,
-                               plan, timeout=timeout)
+        # The journal marks the rewrite's temporary file for recover after
+        # a kill; on an error relayout_overlay removes that file itself.
+        live.begin_offline(path)
+        try:
+            done = qcow2.relayout_overlay(path, checked.backing,
+                                          checked.backing_fmt, plan,
+                                          timeout=timeout)
+        finally:
+            live.end_offline(path)
+        if not done:
+            report.left('instance %s %s: not rewritten (its backing file '
+                        'name has a comma): left as it is' % (uuid, dev))
+            return
         report.say('instance %s %s: rewritten offline in %.1f s; %d -> %d '
                    'bytes allocated' % (uuid, dev, time.monotonic() - start,
                                         before,
@@ -373,22 +344,6 @@ def _adopt_disk(domain, running, uuid, dev, path, checked, facts, verdict,
                   os.stat(path).st_blocks * 512))
 
 
-def host_lock():
-    """This host's adopt lock (flock on instances_path/.prealloc-adopt.lock,
-    opened without following a symlink). Raises AlreadyRunning.
-    """
-    path = os.path.join(CONF.instances_path, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW |
-                 os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise AlreadyRunning('another prealloc-backend adopt runs on this '
-                             'host (%s is locked)' % path)
-    return fd
-
-
 def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
           stop=None, report=None):
     """The command's work, with nova's objects and a libvirt connection
@@ -397,11 +352,17 @@ def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
     from nova import exception as nova_exception
     from nova import objects
     report = report or Report()
-    lock = host_lock()
+    lock = recovery.host_lock(CONF.instances_path)
     try:
-        recover_leftovers(conn, report, dry_run=dry_run)
-        if not dry_run:
-            release_stale_claims(context, report)
+        if dry_run:
+            for path in recovery.leftovers(CONF.instances_path):
+                report.left('%s: left by an interrupted adoption (the next '
+                            'run recovers it)' % path)
+        else:
+            recovery.recover_all(conn, CONF.instances_path, report.say,
+                                 report.failed)
+            recovery.release_stale_claims(context, CONF.host,
+                                          CONF.instances_path, report.say)
         if uuids:
             instances = []
             for uuid in uuids:
@@ -416,6 +377,10 @@ def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
         for instance in instances:
             if stop is not None and stop.requested:
                 break
+            if recovery.leftovers(CONF.instances_path, instance.uuid):
+                report.left('instance %s: an interrupted adoption is left '
+                            'beside its disks: left alone' % instance.uuid)
+                continue
             try:
                 adopt_instance(context, conn, instance, report,
                                dry_run=dry_run, bandwidth=bandwidth,
@@ -443,6 +408,10 @@ def _connect_nova():
 
 
 def _become_owner():
+    """Become the owner of instances_path (the nova user) for good. Root
+    never works there: a root-owned instances_path is refused, as the
+    plugin's daemon refuses it.
+    """
     fd = owner.open_directory(CONF.instances_path)
     try:
         creds = owner.credentials_for(fd, CONF.instances_path)
@@ -450,6 +419,12 @@ def _become_owner():
         os.close(fd)
     if creds is not None:
         owner.drop_to(creds)
+    elif os.geteuid() == 0:
+        raise owner.UnsafeDirectory(
+            'instances_path %s is root\'s: adopt works there as its owner '
+            '(the nova user), never as root; give it to the nova user '
+            '(prealloc-backend check, Instances path)'
+            % CONF.instances_path)
 
 
 def _run(args):
@@ -477,7 +452,8 @@ def run(args):
         format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
     try:
         return _run(args)
-    except (check_cmd.ConfigLoadError, AlreadyRunning) as exc:
+    except (check_cmd.ConfigLoadError, recovery.AlreadyRunning,
+            owner.UnsafeDirectory) as exc:
         print('Error: %s' % exc)
         return ERROR_EXIT
     except Exception:

@@ -43,7 +43,8 @@ class Verdict:
     new overlay of its mode, flavor and size) fits in the free space;
     ``reason`` says why, in words for the operator. A disk not at policy
     that cannot be adopted here (no room, a refused filesystem) has
-    ``adopt`` False and ``refused`` True.
+    ``adopt`` False and ``refused`` True. The room needed is the plan's
+    plus, in modes that reserve no data blocks, the data the copy writes.
     """
     adopt: bool
     reason: str
@@ -86,9 +87,15 @@ def verdict(opts, extra_specs, mode, facts, fs, path='the disk'):
     if not wrong:
         return Verdict(False, 'at the policy of mode %s' % mode.value)
     why = 'mode %s: %s' % (mode.value, '; '.join(wrong))
-    if not plan.fits:
+    # The copy writes the guest's data into the new file: where the mode
+    # reserves no data blocks, they come on top of what the plan needs
+    # (its check would let the copy take the room the guest writes into).
+    needed = plan.to_allocate
+    if not _reserves(plan):
+        needed += facts.allocated_bytes
+    if needed > fs.free_bytes:
         return Verdict(False, '%s; its replacement needs %d bytes free, %d '
-                              'are' % (why, plan.to_allocate, fs.free_bytes),
+                              'are' % (why, needed, fs.free_bytes),
                        plan=plan, refused=True)
     if _reserves(plan) is False and mode in (Mode.SPACE, Mode.FULL):
         # fallocate_unsupported = warn on this filesystem: the new disk

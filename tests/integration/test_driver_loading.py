@@ -65,6 +65,11 @@ class TestRuntimeImports(base.TestCase):
                'prealloc_backend.adapter.guestxml',
                'prealloc_backend.adapter.migrationops',
                'prealloc_backend.adapter.operation',
+               # init_host recovers interrupted adoptions
+               'prealloc_backend.adoption',
+               'prealloc_backend.adoption.live',
+               'prealloc_backend.adoption.recovery',
+               'prealloc_backend.system.stopping',
                'prealloc_backend.disk', 'prealloc_backend.disk.allocate',
                'prealloc_backend.disk.extend', 'prealloc_backend.disk.formats',
                'prealloc_backend.disk.fsprobe',

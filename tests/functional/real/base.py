@@ -171,13 +171,21 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
     PREALLOCATE_IMAGES = 'none'
     PREALLOC_MODE = None
     COMPUTE_DRIVER = pb_driver.COMPUTE_DRIVER
+    # (kind, MiB) of a loop-mounted filesystem for instances_path
+    # (fixtures.LoopFilesystem), or None: a directory of /tmp.
+    INSTANCES_FS = None
     microversion = 'latest'
     ADMIN_API = True
 
     def setUp(self):
         require_environment(self)
         self._server_ids = set()
-        self.instances_path = self.useFixture(fixtures.TempDir()).path
+        if self.INSTANCES_FS:
+            # A filesystem of its own (kind, MiB) for a test about room.
+            self.instances_path = self.useFixture(
+                pb_fixtures.LoopFilesystem(*self.INSTANCES_FS)).path
+        else:
+            self.instances_path = self.useFixture(fixtures.TempDir()).path
         super().setUp()
         # After the services (cleanups run last-in first-out): no domain of
         # this test outlives it, whatever happened.

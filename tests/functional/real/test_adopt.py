@@ -85,7 +85,7 @@ _CHILD = textwrap.dedent('''
 ''')
 
 
-class AdoptTestCase(base.RealHypervisorTestCase):
+class _AdoptBase(base.RealHypervisorTestCase):
 
     PREALLOCATE_IMAGES = 'none'
 
@@ -96,9 +96,10 @@ class AdoptTestCase(base.RealHypervisorTestCase):
         self.flags(host='compute1')
         self.context = nova_context.get_admin_context()
 
-    def _churning_server(self):
+    def _churning_server(self, seconds=CHURN_SECONDS):
+        self.churn_seconds = seconds
         image = self.image('qcow2', action=pb_guest.ACTION_CHURN,
-                           churn_seconds=CHURN_SECONDS,
+                           churn_seconds=seconds,
                            churn_fill_mib=FILL_MIB,
                            churn_off_mib=CHURN_OFF_MIB)
         server = self.boot(self.flavor(), image)
@@ -127,7 +128,8 @@ class AdoptTestCase(base.RealHypervisorTestCase):
         """
         # Read from the console's file: the guest powers off once it has
         # reported (nova's console API answers only while it runs).
-        self.wait_for_domain_shutoff(server, timeout=CHURN_SECONDS + 120)
+        self.wait_for_domain_shutoff(server,
+                                     timeout=self.churn_seconds + 120)
         console = self.console_log(server)
         report = pb_guest.parse_console(console).get('churn')
         self.assertIsNotNone(report, console[-3000:])
@@ -161,6 +163,9 @@ class AdoptTestCase(base.RealHypervisorTestCase):
         info = pb_fixtures.qemu_img_info(path)
         self.assertTrue(info['format-specific']['data']['extended-l2'])
         self.assertGreaterEqual(pb_fixtures.allocated(path), GIB)
+
+
+class AdoptTestCase(_AdoptBase):
 
     def test_running_guest_adopted_live(self):
         server, path = self._churning_server()
@@ -219,7 +224,7 @@ class AdoptTestCase(base.RealHypervisorTestCase):
         env = dict(os.environ, **{stopping.PAUSE_ENV: point})
         child = subprocess.Popen(
             [sys.executable, '-c', _CHILD, server['id'], path,
-             self.instances_path, str(2 * MIB)],
+             self.instances_path, str(RATE)],
             env=env, stderr=subprocess.PIPE, text=True)
         seen = ''
         deadline = time.monotonic() + 60
@@ -234,21 +239,35 @@ class AdoptTestCase(base.RealHypervisorTestCase):
         threading.Thread(target=child.stderr.read, daemon=True).start()
 
     def test_killed_copy_recovered(self):
-        server, path = self._churning_server()
+        # Three copies, each killed at another point; the guest writes
+        # throughout (long enough for all three).
+        server, path = self._churning_server(seconds=90)
         inode = os.stat(path).st_ino
-        # Killed while copying: the next adopt undoes the copy, the guest
-        # never left its original file; then adopts.
+        # Killed while copying, then nova-compute restarted: its start (the
+        # driver's init_host) undoes the copy before nova would start any
+        # guest; the guest never left its original file.
         self._killed_at(server, path, 'adopt copying')
         self.assertTrue(os.path.exists(path + live.ORIG_SUFFIX))
         self.assertEqual(inode, os.stat(path + live.ORIG_SUFFIX).st_ino)
-        text = self._adopt(server, mode='none').out.getvalue()
-        self.assertIn('copy undone', text)
+        self.compute = self.restart_compute_service(self.compute)
         self.assertEqual(inode, os.stat(path).st_ino)
         self.assertEqual(inode, self.qemu_open_files(server)[path].st_ino)
         self.assert_no_adopt_leftovers(server)
-        # Killed after the point of no return, the guest paused: the next
-        # adopt completes the pivot and resumes it.
-        self._killed_at(server, path, 'adopt pivoting')
+        # Killed with the guest paused, before the pivot: undone, and the
+        # guest resumed on its original file.
+        self._killed_at(server, path, 'adopt paused')
+        self.assertEqual('paused', self.virsh('domstate',
+                                              server['id']).strip())
+        text = self._adopt(server, mode='none').out.getvalue()
+        self.assertIn('copy undone', text)
+        self.assertIn('resumed', text)
+        self.assertEqual('running', self.virsh('domstate',
+                                               server['id']).strip())
+        self.assertEqual(inode, self.qemu_open_files(server)[path].st_ino)
+        self.assert_no_adopt_leftovers(server)
+        # Killed after the pivot, the guest still paused: the next adopt
+        # keeps the new file and resumes the guest.
+        self._killed_at(server, path, 'adopt pivoted')
         self.assertEqual('paused', self.virsh('domstate',
                                               server['id']).strip())
         text = self._adopt(server, mode='none').out.getvalue()
@@ -282,3 +301,55 @@ class AdoptTestCase(base.RealHypervisorTestCase):
                                    after=first)
         self.assertIn('at the policy of mode space',
                       self._adopt(server).out.getvalue())
+
+
+class AdoptNoRoomTestCase(_AdoptBase):
+    """instances_path on a filesystem of its own, filled up before the copy
+    (placement needs room for the 1 GiB flavor: 2 GiB, sparse).
+    """
+
+    INSTANCES_FS = ('xfs', 2048)
+
+    def test_filesystem_full_mid_copy_keeps_the_original(self):
+        server, path = self._churning_server()
+        inode = os.stat(path).st_ino
+        free = os.statvfs(self.instances_path)
+        filler = os.path.join(self.instances_path, 'filler')
+        # Room for the copy when it starts (the command checks it, the
+        # guest's data included: mode metadata reserves none); then
+        # something else fills the filesystem while it copies, leaving
+        # 4 MiB (xfs keeps no blocks for root, as ext4 does for QEMU
+        # running as root here).
+        subprocess.run(['fallocate', '-l', str(free.f_bavail * free.f_frsize -
+                                               48 * MIB), filler],
+                       check=True)
+        filled = []
+
+        class Out(io.StringIO):
+            def write(self, text):
+                if 'MiB/s' in text and not filled:
+                    now = os.statvfs(filler)
+                    subprocess.run(
+                        ['fallocate', '-l',
+                         str(now.f_bavail * now.f_frsize - 4 * MIB),
+                         filler + '2'], check=True)
+                    filled.append(True)
+                return super().write(text)
+
+        try:
+            report = self._adopt(server, mode='metadata', out=Out(),
+                                 bandwidth=4 * MIB)
+        finally:
+            for name in (filler, filler + '2'):
+                if os.path.exists(name):
+                    os.unlink(name)
+        text = report.out.getvalue()
+        self.assertTrue(filled, text)
+        self.assertEqual(2, report.status, text)
+        self.assertIn('the guest stays on its original disk', text)
+        self.assertEqual('running', self.virsh('domstate',
+                                               server['id']).strip())
+        self.assertEqual(inode, os.stat(path).st_ino)
+        self.assertEqual(inode, self.qemu_open_files(server)[path].st_ino)
+        self.assert_no_adopt_leftovers(server)
+        self._finish(server, path)

@@ -10,11 +10,14 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""What recover() does with what a killed adoption left, per journal phase.
+"""What recover() does with what an interrupted adoption left.
 
-Real files in a temporary directory; the libvirt domain is a fake (this
-tier has no libvirtd): it records the block job calls and says whether a
-job runs and whether the guest is paused. The same paths against a real
+Real files in a temporary directory, and real image locks: "QEMU holds a
+file" is an open file description of this process holding the lock QEMU
+takes on its write-permission byte (fileops.QEMU_WRITER_BYTE), which
+recover reads as it reads QEMU's. The libvirt domain is a fake (this tier
+has no libvirtd): it records the block job calls and says whether a job
+runs and whether the guest is paused. The same paths against a real
 libvirtd and QEMU, with the copying process SIGKILLed, are in
 tests/functional/real/test_adopt.py.
 """
@@ -26,12 +29,16 @@ import fixtures
 
 from prealloc_backend.adoption import live
 from prealloc_backend import exception
+from prealloc_backend.system import fileops
 from tests import base
 
 
 class FakeDomain:
 
-    def __init__(self, active=True, job=False, paused=False):
+    def __init__(self, path, active=True, job=False, paused=False,
+                 dev='vda'):
+        self.path = path
+        self.dev = dev
         self.active = active
         self.job = job
         self.paused = paused
@@ -39,6 +46,11 @@ class FakeDomain:
 
     def isActive(self):
         return self.active
+
+    def XMLDesc(self, flags):
+        return ("<domain><devices><disk type='file' device='disk'>"
+                "<source file='%s'/><target dev='%s'/></disk></devices>"
+                "</domain>" % (self.path, self.dev))
 
     def blockJobInfo(self, dev, flags):
         return {'cur': 1, 'end': 1} if self.job else {}
@@ -48,7 +60,11 @@ class FakeDomain:
         self.job = False
 
     def info(self):
-        return [live.DOMAIN_PAUSED if self.paused else 1]
+        return [live.DOMAIN_PAUSED if self.paused else live.DOMAIN_RUNNING]
+
+    def state(self):
+        return ([live.DOMAIN_PAUSED, live.PAUSED_USER] if self.paused
+                else [live.DOMAIN_RUNNING, 1])
 
     def resume(self):
         self.calls.append(('resume',))
@@ -72,34 +88,70 @@ class TestRecover(base.TestCase):
         with open(path) as f:
             return f.read()
 
-    def journal(self, phase, paused=False):
+    def qemu_holds(self, path):
+        fd = os.open(path, os.O_RDONLY)
+        self.addCleanup(os.close, fd)
+        fileops.ofd_lock_shared(fd, fileops.QEMU_WRITER_BYTE)
+
+    def journal(self, phase, paused=False, dev='vda'):
         self.write(live.journal_path(self.path),
-                   json.dumps({'phase': phase, 'dev': 'vda',
+                   json.dumps({'phase': phase, 'dev': dev,
                                'paused': paused}))
+
+    def domain(self, **kwargs):
+        return FakeDomain(self.path, **kwargs)
 
     def left(self):
         return sorted(os.listdir(self.dir))
 
     def test_nothing_to_do(self):
         self.write(self.path, 'guest')
-        self.assertIsNone(live.recover(FakeDomain(), self.path))
+        self.assertIsNone(live.recover(self.domain(), self.path))
         self.assertEqual(['disk'], self.left())
 
     def test_target_never_swapped_in_is_removed(self):
         self.write(self.path, 'guest')
         self.write(self.new, 'target')
-        self.assertIn('never used', live.recover(FakeDomain(), self.path))
+        self.assertIn('never used', live.recover(self.domain(), self.path))
         self.assertEqual('guest', self.read(self.path))
         self.assertEqual(['disk'], self.left())
 
-    def test_swapped_gives_the_original_its_name_back(self):
+    def test_copy_running_is_aborted_and_undone(self):
         self.write(self.orig, 'guest')
         self.write(self.path, 'half a copy')
+        self.qemu_holds(self.orig)
+        self.qemu_holds(self.path)
         self.journal(live.SWAPPED)
-        domain = FakeDomain(job=True)
+        domain = self.domain(job=True)
         self.assertIn('copy undone', live.recover(domain, self.path))
         # The copy aborted, never pivoted.
         self.assertEqual([('abort', 'vda', 0)], domain.calls)
+        self.assertEqual('guest', self.read(self.path))
+        self.assertEqual(['disk'], self.left())
+
+    def test_killed_while_paused_before_the_pivot(self):
+        # The guest paused on the original file; the next run undoes the
+        # copy and resumes it.
+        self.write(self.orig, 'guest')
+        self.write(self.path, 'copy')
+        self.qemu_holds(self.orig)
+        self.qemu_holds(self.path)
+        self.journal(live.SWAPPED, paused=True)
+        domain = self.domain(job=True, paused=True)
+        self.assertIn('resumed', live.recover(domain, self.path))
+        self.assertEqual([('abort', 'vda', 0), ('resume',)], domain.calls)
+        self.assertEqual('guest', self.read(self.path))
+
+    def test_killed_after_the_pivot_before_the_journal(self):
+        # QEMU holds the new file alone: the pivot happened; the journal
+        # still says swapped. The new file is the disk.
+        self.write(self.orig, 'old')
+        self.write(self.path, 'guest')
+        self.qemu_holds(self.path)
+        self.journal(live.SWAPPED, paused=True)
+        domain = self.domain(paused=True)
+        self.assertIn('pivot completed', live.recover(domain, self.path))
+        self.assertEqual([('resume',)], domain.calls)
         self.assertEqual('guest', self.read(self.path))
         self.assertEqual(['disk'], self.left())
 
@@ -107,60 +159,94 @@ class TestRecover(base.TestCase):
         self.write(self.orig, 'guest')
         self.write(self.new, 'target')
         self.journal(live.SWAPPED)
-        live.recover(FakeDomain(), self.path)
+        live.recover(self.domain(), self.path)
         self.assertEqual('guest', self.read(self.path))
         self.assertEqual(['disk'], self.left())
 
     def test_swapped_killed_before_the_renames(self):
         self.write(self.path, 'guest')
         self.write(self.new, 'target')
+        self.qemu_holds(self.path)
         self.journal(live.SWAPPED)
-        live.recover(FakeDomain(), self.path)
+        live.recover(self.domain(), self.path)
         self.assertEqual('guest', self.read(self.path))
         self.assertEqual(['disk'], self.left())
 
     def test_swapped_after_a_power_cut(self):
+        # No QEMU: before 'pivoted' the original file is the disk, even if
+        # the pivot had happened (the guest wrote nothing since its pause).
         self.write(self.orig, 'guest')
-        self.write(self.path, 'half a copy')
-        self.journal(live.SWAPPED)
+        self.write(self.path, 'copy')
+        self.journal(live.SWAPPED, paused=True)
+        live.recover(self.domain(active=False), self.path)
+        self.assertEqual('guest', self.read(self.path))
+        self.assertEqual(['disk'], self.left())
+
+    def test_pivoted_after_a_power_cut_keeps_the_new_file(self):
+        self.write(self.orig, 'old')
+        self.write(self.path, 'guest')
+        self.journal(live.PIVOTED, paused=True)
         live.recover(None, self.path)
         self.assertEqual('guest', self.read(self.path))
         self.assertEqual(['disk'], self.left())
 
-    def test_pivoting_completes_the_pivot_and_resumes(self):
+    def test_pivoted_resumes_the_guest_it_paused(self):
         self.write(self.orig, 'old')
         self.write(self.path, 'guest')
-        self.journal(live.PIVOTING, paused=True)
-        domain = FakeDomain(job=True, paused=True)
-        self.assertIn('pivot completed', live.recover(domain, self.path))
-        self.assertEqual([('abort', 'vda', live.BLOCK_JOB_ABORT_PIVOT),
-                          ('resume',)], domain.calls)
-        self.assertEqual('guest', self.read(self.path))
-        self.assertEqual(['disk'], self.left())
+        self.qemu_holds(self.path)
+        self.journal(live.PIVOTED, paused=True)
+        domain = self.domain(paused=True)
+        live.recover(domain, self.path)
+        self.assertEqual([('resume',)], domain.calls)
 
-    def test_pivoting_after_a_power_cut_keeps_the_new_file(self):
-        self.write(self.orig, 'old')
+    def test_a_guest_not_paused_by_adopt_stays_paused(self):
         self.write(self.path, 'guest')
-        self.journal(live.PIVOTING, paused=True)
-        live.recover(None, self.path)
-        self.assertEqual('guest', self.read(self.path))
-        self.assertEqual(['disk'], self.left())
-
-    def test_a_paused_guest_not_paused_by_adopt_stays_paused(self):
-        self.write(self.path, 'guest')
-        self.journal(live.PIVOTING, paused=False)
-        domain = FakeDomain(paused=True)
+        self.qemu_holds(self.path)
+        self.journal(live.PIVOTED, paused=False)
+        domain = self.domain(paused=True)
         live.recover(domain, self.path)
         self.assertEqual([], domain.calls)
+
+    def test_qemu_started_from_the_copy_is_left_alone(self):
+        # After a crash something booted the guest from the disk's name
+        # (the copy) while the journal says the original is the disk and
+        # the adoption never paused it (so never pivoted): no file is
+        # renamed or removed, the journal stays.
+        self.write(self.orig, 'guest')
+        self.write(self.path, 'copy')
+        self.qemu_holds(self.path)
+        self.journal(live.SWAPPED)
+        self.assertRaisesRegex(exception.PreallocError, 'left as it is',
+                               live.recover, self.domain(), self.path)
+        self.assertEqual('guest', self.read(self.orig))
+        self.assertEqual('copy', self.read(self.path))
+        self.assertIn('disk.prealloc-adopt', self.left())
+
+    def test_journal_naming_another_disk_is_refused(self):
+        self.write(self.orig, 'guest')
+        self.write(self.path, 'copy')
+        self.qemu_holds(self.orig)
+        self.journal(live.SWAPPED, dev='vdb')
+        domain = self.domain(job=True)
+        self.assertRaisesRegex(exception.PreallocError, "'vdb'",
+                               live.recover, domain, self.path)
+        self.assertEqual([], domain.calls)
+
+    def test_offline_rewrite_leftover_removed(self):
+        self.write(self.path, 'guest')
+        self.write(self.path + '.prealloc-tmp', 'half a rewrite')
+        live.begin_offline(self.path)
+        self.assertIn('offline', live.recover(None, self.path))
+        self.assertEqual(['disk'], self.left())
 
     def test_unreadable_journal_leaves_everything(self):
         self.write(self.orig, 'guest')
         self.write(self.path, 'half a copy')
         self.write(live.journal_path(self.path), '{"phase": "sideways"}')
         self.assertRaisesRegex(exception.PreallocError, 'sideways',
-                               live.recover, FakeDomain(), self.path)
+                               live.recover, self.domain(), self.path)
         self.write(live.journal_path(self.path), 'not json')
         self.assertRaisesRegex(exception.PreallocError, 'unreadable',
-                               live.recover, FakeDomain(), self.path)
+                               live.recover, self.domain(), self.path)
         self.assertEqual('guest', self.read(self.orig))
         self.assertEqual(3, len(self.left()))

@@ -62,7 +62,7 @@ class TestArguments(base.TestCase):
                          self.parse('--all', '--max-rate', '0.5').max_rate)
 
     def test_bad_rate_is_refused_naming_it(self):
-        for bad in ('0', '-3', 'fast'):
+        for bad in ('0', '-3', 'fast', 'inf', 'nan', '1e-9', '1e300'):
             err = self.assertRaises(SystemExit, self.parse, '--all',
                                     '--max-rate', bad)
             self.assertEqual(2, err.code)

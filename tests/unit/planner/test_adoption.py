@@ -79,3 +79,13 @@ class TestVerdict(base.TestCase):
         v = self.verdict(Mode.SPACE, specs=specs)
         self.assertEqual(64 * units.Ki, v.plan.cluster_size)
         self.assertNotIn('cluster_size', v.reason)
+
+    def test_room_for_the_copied_data_where_nothing_is_reserved(self):
+        data = adoption.OverlayFacts(units.Gi, 64 * units.Ki, False,
+                                     allocated_bytes=300 * units.Mi)
+        small = diskplan.FsFacts(True, 'xfs', free_bytes=200 * units.Mi)
+        v = self.verdict(Mode.METADATA, facts=data, fs=small)
+        self.assertTrue(v.refused, v)
+        roomy = diskplan.FsFacts(True, 'xfs', free_bytes=400 * units.Mi)
+        self.assertTrue(self.verdict(Mode.METADATA, facts=data,
+                                     fs=roomy).adopt)

@@ -1,0 +1,137 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""What a killed or interrupted adoption leaves, found and recovered.
+
+Shared by ``prealloc-backend adopt`` (first thing of every run) and
+nova-compute's start (the driver's init_host, before nova starts any guest
+of the host: after a power cut the disk's name must be the complete file
+before ``resume_guests_state_on_host_boot`` boots it). Both hold the host's
+adopt lock (``instances_path/.prealloc-adopt.lock``) meanwhile; nova-compute
+skips the recovery while an adopt runs.
+
+Only instances whose libvirt domain this host defines are recovered: with
+a shared instances_path the others are another host's.
+"""
+
+import fcntl
+import glob
+import os
+
+from prealloc_backend.adoption import live
+
+# The instance's task_state while it is being adopted (nova's field is a
+# free string; its API refuses actions in any task state but None).
+TASK_STATE = 'prealloc_adopting'
+LOCK_NAME = '.prealloc-adopt.lock'
+# libvirt's virErrorNumber for an unknown domain (by value: this module
+# imports without the libvirt python module).
+VIR_ERR_NO_DOMAIN = 42
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+def host_lock(instances_path):
+    """This host's adopt lock (flock, opened without following a symlink):
+    its descriptor; close it to release. Raises AlreadyRunning.
+    """
+    path = os.path.join(instances_path, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW |
+                 os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AlreadyRunning('another prealloc-backend adopt runs on this '
+                             'host (%s is locked)' % path)
+    return fd
+
+
+def leftovers(instances_path, uuid='*'):
+    """Disk paths under instances_path (of instance ``uuid``, or of all)
+    with a journal or a target an adoption left.
+    """
+    top = glob.escape(instances_path)
+    found = set()
+    for suffix in (live.JOURNAL_SUFFIX, live.NEW_SUFFIX, live.ORIG_SUFFIX):
+        for path in glob.glob(os.path.join(top, glob.escape(uuid)
+                                           if uuid != '*' else '*',
+                                           '*' + suffix)):
+            found.add(path[:-len(suffix)])
+    return sorted(found)
+
+
+def lookup(conn, uuid):
+    """The libvirt domain of ``uuid`` on ``conn``, or None when libvirt
+    says there is none (any other error is raised).
+    """
+    try:
+        return conn.lookupByUUIDString(uuid)
+    except Exception as exc:
+        code = getattr(exc, 'get_error_code', None)
+        if code is not None and code() == VIR_ERR_NO_DOMAIN:
+            return None
+        raise
+
+
+def recover_all(conn, instances_path, say, failed):
+    """live.recover for each disk an adoption left, of the domains this
+    host defines; ``say(text)`` and ``failed(text)`` report.
+    """
+    for path in leftovers(instances_path):
+        uuid = os.path.basename(os.path.dirname(path))
+        try:
+            domain = lookup(conn, uuid)
+            if domain is None:
+                say('%s: left by an adoption, but this host defines no '
+                    'domain %s (another host\'s, or deleted): left as it '
+                    'is' % (path, uuid))
+                continue
+            done = live.recover(domain, path)
+        except Exception as exc:
+            failed('%s: could not recover an interrupted adoption: %s'
+                   % (path, exc))
+            continue
+        if done:
+            say('%s: %s' % (path, done))
+
+
+def release(instance):
+    """Put the instance's task_state back to None if it is ours."""
+    from nova import exception as nova_exception
+    instance.task_state = None
+    try:
+        instance.save(expected_task_state=[TASK_STATE])
+    except (nova_exception.UnexpectedTaskStateError,
+            nova_exception.InstanceNotFound):
+        pass   # deleted, or someone else's now
+
+
+def release_stale_claims(context, host, instances_path, say):
+    """Task states a killed adopt left on ``host``'s instances, where
+    nothing of an adoption is left beside their disks (recover_all ran;
+    what it could not recover keeps the claim, so that nova moves no
+    half-adopted disk).
+    """
+    from nova import objects
+    for instance in objects.InstanceList.get_by_host(context, host):
+        if instance.task_state != TASK_STATE:
+            continue
+        if leftovers(instances_path, instance.uuid):
+            say('instance %s: task_state %s kept: an interrupted adoption '
+                'is left beside its disks' % (instance.uuid, TASK_STATE))
+            continue
+        release(instance)
+        say('instance %s: task_state %s left by a killed adopt cleared'
+            % (instance.uuid, TASK_STATE))

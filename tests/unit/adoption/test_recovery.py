@@ -1,0 +1,123 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Finding what interrupted adoptions left, the host's adopt lock, and the
+task states they left.
+
+Real files and a real flock; libvirt's connection and nova's instance list
+are fakes (this tier has neither libvirtd nor nova's services). nova-compute's
+start recovering for real: tests/functional/real/test_adopt.py.
+"""
+
+import json
+import os
+from unittest import mock
+
+import fixtures
+
+from prealloc_backend.adoption import live
+from prealloc_backend.adoption import recovery
+from tests import base
+
+
+class NoDomain(Exception):
+    def get_error_code(self):
+        return recovery.VIR_ERR_NO_DOMAIN
+
+
+class Conn:
+    def __init__(self, domains):
+        self.domains = domains
+
+    def lookupByUUIDString(self, uuid):
+        if uuid not in self.domains:
+            raise NoDomain(uuid)
+        return self.domains[uuid]
+
+
+class Instance:
+    def __init__(self, uuid, task_state):
+        self.uuid = uuid
+        self.task_state = task_state
+        self.saved = []
+
+    def save(self, expected_task_state=None):
+        self.saved.append((self.task_state, expected_task_state))
+
+
+class TestRecovery(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.top = self.useFixture(fixtures.TempDir()).path
+
+    def disk(self, uuid, name='disk'):
+        os.makedirs(os.path.join(self.top, uuid), exist_ok=True)
+        path = os.path.join(self.top, uuid, name)
+        with open(path, 'w') as f:
+            f.write('guest')
+        return path
+
+    def test_leftovers_found_per_instance(self):
+        a = self.disk('a')
+        with open(a + live.NEW_SUFFIX, 'w'):
+            pass
+        b = self.disk('b', 'disk.local')
+        with open(live.journal_path(b), 'w'):
+            pass
+        self.disk('c')
+        self.assertEqual([a, b], recovery.leftovers(self.top))
+        self.assertEqual([b], recovery.leftovers(self.top, 'b'))
+        self.assertEqual([], recovery.leftovers(self.top, 'c'))
+
+    def test_one_adopt_per_instances_path(self):
+        fd = recovery.host_lock(self.top)
+        self.addCleanup(os.close, fd)
+        self.assertRaises(recovery.AlreadyRunning, recovery.host_lock,
+                          self.top)
+
+    def test_lock_is_not_followed_through_a_symlink(self):
+        os.symlink('/etc/passwd', os.path.join(self.top, recovery.LOCK_NAME))
+        self.assertRaises(OSError, recovery.host_lock, self.top)
+
+    def test_only_domains_of_this_host_are_recovered(self):
+        path = self.disk('other')
+        os.rename(path, path + live.ORIG_SUFFIX)
+        with open(path, 'w') as f:
+            f.write('copy')
+        with open(live.journal_path(path), 'w') as f:
+            json.dump({'phase': live.SWAPPED, 'dev': 'vda'}, f)
+        said, failed = [], []
+        recovery.recover_all(Conn({}), self.top, said.append, failed.append)
+        self.assertEqual([], failed)
+        self.assertIn('defines no domain', said[0])
+        # Left exactly as it was: another host's guest may run on it.
+        self.assertTrue(os.path.exists(path + live.ORIG_SUFFIX))
+        self.assertTrue(os.path.exists(live.journal_path(path)))
+
+    def test_stale_claims_cleared_unless_leftovers(self):
+        self.disk('clean')
+        busy = self.disk('busy')
+        with open(busy + live.NEW_SUFFIX, 'w'):
+            pass
+        clean = Instance('clean', recovery.TASK_STATE)
+        kept = Instance('busy', recovery.TASK_STATE)
+        other = Instance('other', 'resize_migrating')
+        said = []
+        with mock.patch('nova.objects.InstanceList.get_by_host',
+                        return_value=[clean, kept, other]):
+            recovery.release_stale_claims(None, 'host1', self.top,
+                                          said.append)
+        self.assertEqual([(None, [recovery.TASK_STATE])], clean.saved)
+        self.assertEqual([], kept.saved)
+        self.assertEqual([], other.saved)
+        self.assertEqual(2, len(said))
