@@ -85,6 +85,21 @@ _CHILD = textwrap.dedent('''
 ''')
 
 
+def _fill(path, leave):
+    """A file at ``path`` taking the filesystem's free space but about
+    ``leave`` bytes (fallocate(2); an allocation the filesystem refuses,
+    its own reserves being more than statvfs says, is tried smaller).
+    """
+    free = os.statvfs(os.path.dirname(path))
+    size = free.f_bavail * free.f_frsize - leave
+    for _attempt in range(32):
+        if subprocess.run(['fallocate', '-l', str(size), path],
+                          capture_output=True).returncode == 0:
+            return
+        size -= MIB
+    raise AssertionError('could not fill the filesystem of %s' % path)
+
+
 class _AdoptBase(base.RealHypervisorTestCase):
 
     PREALLOCATE_IMAGES = 'none'
@@ -313,26 +328,19 @@ class AdoptNoRoomTestCase(_AdoptBase):
     def test_filesystem_full_mid_copy_keeps_the_original(self):
         server, path = self._churning_server()
         inode = os.stat(path).st_ino
-        free = os.statvfs(self.instances_path)
         filler = os.path.join(self.instances_path, 'filler')
         # Room for the copy when it starts (the command checks it, the
         # guest's data included: mode metadata reserves none); then
         # something else fills the filesystem while it copies, leaving
         # 4 MiB (xfs keeps no blocks for root, as ext4 does for QEMU
         # running as root here).
-        subprocess.run(['fallocate', '-l', str(free.f_bavail * free.f_frsize -
-                                               48 * MIB), filler],
-                       check=True)
+        _fill(filler, 48 * MIB)
         filled = []
 
         class Out(io.StringIO):
             def write(self, text):
                 if 'MiB/s' in text and not filled:
-                    now = os.statvfs(filler)
-                    subprocess.run(
-                        ['fallocate', '-l',
-                         str(now.f_bavail * now.f_frsize - 4 * MIB),
-                         filler + '2'], check=True)
+                    _fill(filler + '2', 4 * MIB)
                     filled.append(True)
                 return super().write(text)
 
