@@ -145,10 +145,11 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         Skipped while an adopt runs; never stops nova-compute.
         """
         path = CONF.instances_path
-        if not recovery.leftovers(path):
-            return
         try:
-            lock = recovery.host_lock(path)
+            # Never created here: without it no adopt ever ran on this host.
+            lock = recovery.host_lock(path, host, create=False)
+            if lock is None:
+                return
         except recovery.AlreadyRunning:
             LOG.info('prealloc_backend: an adopt runs: it recovers what an '
                      'interrupted one left')
@@ -158,8 +159,10 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                         exc)
             return
         try:
-            conn = self._host.get_connection()
-            recovery.recover_all(conn, path, LOG.info, LOG.error)
+            if recovery.leftovers(path):
+                conn = self._host.get_connection()
+                recovery.recover_all(conn, path, LOG.info, LOG.error)
+            # Also the claim of an adopt killed before it made any file.
             recovery.release_stale_claims(nova_context.get_admin_context(),
                                           host, path, LOG.info)
         except Exception:

@@ -42,15 +42,17 @@ file no QEMU holds is the only one ever renamed over or removed.
 ``recover`` (after a kill, a power cut, a libvirtd restart) and the undo of
 a cancel or a failed copy follow from that:
 
-- QEMU holds only the new file: the pivot happened; it is the disk.
-- QEMU holds the original (the copy still running, aborted, never
-  pivoted, or not started): the copy is aborted and the original file
-  gets its name back.
-- QEMU holds neither (the guest is not running): the journal decides:
+- The guest is not running (a power cut): the journal decides:
   ``swapped``, the original; ``pivoted``, the new file.
-- QEMU holds a file the journal cannot explain (the disk's name started by
-  something else meanwhile): nothing is touched, the journal stays, the
-  error says why.
+- It runs: a copy still running is aborted (never pivoted); then QEMU
+  holding the original file means the original gets its name back, and
+  QEMU holding the new file alone means the pivot happened, if the
+  journal says ``pivoted`` or says the adoption paused this very QEMU
+  (its domain ID: a pivot comes only then).
+- Anything else (a QEMU started from the disk's name after a crash, no
+  image lock on either file, both held): nothing is touched, the journal
+  stays, the error says why. The adoption itself refuses a disk whose
+  QEMU holds no image lock (image locking off).
 
 A guest the adoption paused is resumed by the undo or by ``recover``; one
 QEMU paused on an I/O error while the copy took room (a full filesystem)
@@ -65,6 +67,7 @@ the owner of instances_path (the nova user), never as root.
 import dataclasses
 import json
 import os
+import stat
 import time
 
 from lxml import etree
@@ -154,10 +157,12 @@ def read_journal(path):
     return record
 
 
-def _journal(path, phase, dev, paused=False):
+def _journal(path, phase, dev, paused=False, domain_id=None):
+    # domain_id: the running domain's ID (one per QEMU process) when the
+    # adoption paused it: a QEMU started later has another.
     fileops.write_file(journal_path(path), json.dumps(
-        {'phase': phase, 'dev': dev, 'paused': paused, 'time': time.time()}),
-        mode=0o600)
+        {'phase': phase, 'dev': dev, 'paused': paused,
+         'domain_id': domain_id, 'time': time.time()}), mode=0o600)
 
 
 def begin_offline(path):
@@ -201,6 +206,10 @@ def held_by_qemu(path):
                      os.O_NONBLOCK)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise exception.PreallocError(
+            reason='cannot open %s to read QEMU\'s image lock (%s): left '
+                   'as it is' % (path, exc.strerror or exc))
     try:
         return fileops.ofd_lock_held(fd, fileops.QEMU_WRITER_BYTE)
     finally:
@@ -271,6 +280,10 @@ def make_target(path, backing, backing_fmt, virtual_size, plan,
         qemu.create_overlay(new, virtual_size, backing, backing_fmt, plan,
                             timeout=timeout)
         qemu.check_overlay(new, virtual_size, backing, plan)
+        # The disk's own permissions, whatever this process's umask: the
+        # file stays readable to whom the disk was (recover reads QEMU's
+        # lock through it after libvirt gives it to QEMU's user).
+        os.chmod(new, stat.S_IMODE(os.stat(path).st_mode))
         fileops.sync(new)
     except BaseException:
         if os.path.lexists(new):
@@ -293,16 +306,23 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
     or, past the pivot, AdoptionFailed saying what recover did.
     """
     orig = path + ORIG_SUFFIX
-    if domain.info()[0] != DOMAIN_RUNNING:
-        raise AdoptionFailed('%s: the guest is not running (libvirt state '
-                             '%d): left as it is' % (path, domain.info()[0]))
-    if disk_sources(domain).get(dev) != path:
-        raise AdoptionFailed('%s is not the disk %s of the domain: left as '
-                             'it is' % (path, dev))
+    why = None
     if os.path.lexists(orig) or os.path.lexists(journal_path(path)):
-        raise AdoptionFailed('%s: a killed adoption left its files there; '
-                             'run prealloc-backend adopt again to recover '
-                             'them' % path)
+        why = ('a killed adoption left its files there; run prealloc-backend '
+               'adopt again to recover them')
+    elif domain.info()[0] != DOMAIN_RUNNING:
+        why = 'the guest is not running (libvirt state %d)' % domain.info()[0]
+    elif disk_sources(domain).get(dev) != path:
+        why = 'it is not the disk %s of the domain' % dev
+    elif held_by_qemu(path) is not True:
+        # Which file QEMU runs on is read from its image locks (recover):
+        # without them (file.locking=off, a filesystem without OFD locks)
+        # nothing could tell after a crash.
+        why = ('QEMU holds no image lock on it (image locking off?): the '
+               'adoption reads which file QEMU runs on from those locks')
+    if why:
+        fileops.remove(new)
+        raise AdoptionFailed('%s: %s: left as it is' % (path, why))
     target = _inode(new)
     _journal(path, SWAPPED, dev)
     try:
@@ -391,7 +411,8 @@ def _pause_and_pivot(domain, dev, path):
     """Steps 3 and 4 of the module; the seconds the guest was paused."""
     # Said before the pause: a kill from here on leaves a guest recover
     # resumes.
-    _journal(path, SWAPPED, dev, paused=True)
+    domain_id = domain.ID()
+    _journal(path, SWAPPED, dev, paused=True, domain_id=domain_id)
     # The rate limit would slow the last bytes while the guest waits.
     domain.blockJobSetSpeed(dev, 0, 0)
     start = time.monotonic()
@@ -418,7 +439,7 @@ def _pause_and_pivot(domain, dev, path):
     # then the directory, before the journal says it is the disk.
     fileops.sync(path)
     fileops.fsync_dir(os.path.dirname(path))
-    _journal(path, PIVOTED, dev, paused=True)
+    _journal(path, PIVOTED, dev, paused=True, domain_id=domain_id)
     stopping.pause_point('adopt pivoted')
     return time.monotonic() - start
 
@@ -429,7 +450,8 @@ def _resume_ours(domain, path):
     it runs afterwards.
     """
     record = read_journal(path)
-    if record and record.get('paused'):
+    if record and record.get('paused') and \
+            record.get('domain_id') == domain.ID():
         state, reason = domain.state()
         if state == DOMAIN_PAUSED and reason == PAUSED_USER:
             domain.resume()
@@ -466,48 +488,71 @@ def recover(domain, path):
         return 'removed what an offline rewrite left; %s as it was' % path
     dev = record.get('dev')
     active = domain is not None and domain.isActive()
-    if active and disk_sources(domain).get(dev) != path:
+    if not os.path.lexists(orig):
+        # Killed before the first rename (swapped: the disk's name is still
+        # the original), or after the original's removal (pivoted).
+        if phase == PIVOTED:
+            return _keep_new(domain, path, record, active)
+        return _undo(domain, path, active)
+    if not active:
+        # No QEMU of this host runs the guest (its domain is this host's):
+        # the journal decides.
+        if phase == PIVOTED:
+            return _keep_new(domain, path, record, active)
+        return _undo(domain, path, active)
+    if disk_sources(domain).get(dev) != path:
         raise exception.PreallocError(
             reason='%s: its adoption journal names disk %r, which the '
                    'domain does not have at this path: left as it is'
                    % (path, dev))
-    on_orig = held_by_qemu(orig)
-    on_new = held_by_qemu(path) if os.path.lexists(orig) else None
-    if active and on_orig and _job(domain, dev) is not None:
-        # The copy still runs: never pivoted.
+    if _job(domain, dev) is not None:
+        # A copy still runs: never pivoted.
         _abort_job(domain, dev)
-        on_new = False
-    if on_new and phase == SWAPPED and not record.get('paused'):
-        # A pivot comes only after the journal said the guest is paused:
-        # a QEMU on the disk's name without it was started from the copy.
+    on_orig = held_by_qemu(orig)
+    on_new = held_by_qemu(path)
+    if on_orig and not on_new:
+        return _undo(domain, path, active)
+    if on_new and not on_orig:
+        # A pivot happened if the journal says so, or if the adoption had
+        # paused this very QEMU (a pivot comes only then); a QEMU started
+        # since, from the disk's name, is another.
+        if phase == PIVOTED or (record.get('paused') and
+                                record.get('domain_id') == domain.ID()):
+            return _keep_new(domain, path, record, active)
         raise exception.PreallocError(
             reason='%s: a QEMU runs on %s while the journal says the '
-                   'original file %s is the disk (started from the '
-                   'disk\'s name after a crash?): left as it is'
+                   'original file %s is the disk (started from the disk\'s '
+                   'name after a crash?): left as it is'
                    % (path, path, orig))
-    if on_orig and on_new:
-        raise exception.PreallocError(
-            reason='%s: QEMU holds both %s and %s with no copy running: '
-                   'left as it is' % (path, orig, path))
-    if on_new or (not on_orig and phase == PIVOTED):
-        # QEMU on the new file alone (the pivot happened), or no QEMU and
-        # the journal says the new file is the disk.
-        if os.path.lexists(orig):
-            fileops.remove(orig)
-        resumed = active and _resume_ours(domain, path)
-        fileops.sync(path)
-        _end_journal(path)
-        return '%s: %s is the preallocated disk%s' % (
-            PIVOT_DONE, path, ', the guest resumed' if resumed else '')
-    if os.path.lexists(orig) and held_by_qemu(path) and not on_orig:
-        raise exception.PreallocError(
-            reason='%s: a QEMU runs on %s while the journal says the '
-                   'original file %s is the disk (started from the '
-                   'disk\'s name after a crash?): left as it is'
-                   % (path, path, orig))
-    _unswap(path, orig)
-    if os.path.lexists(new):
-        fileops.remove(new)
+    raise exception.PreallocError(
+        reason='%s: the domain runs but QEMU\'s image locks show %s: left '
+               'as it is' % (path, 'both files held' if on_orig else
+                             'neither file held (image locking off?)'))
+
+
+def _keep_new(domain, path, record, active):
+    """The new file is the disk: flushed, said in the journal, the
+    original removed, the guest resumed if the adoption paused it.
+    """
+    fileops.sync(path)
+    fileops.fsync_dir(os.path.dirname(path))
+    if record['phase'] != PIVOTED:
+        _journal(path, PIVOTED, record.get('dev'),
+                 paused=record.get('paused', False),
+                 domain_id=record.get('domain_id'))
+    fileops.remove(path + ORIG_SUFFIX)
+    resumed = active and _resume_ours(domain, path)
+    _end_journal(path)
+    return '%s: %s is the preallocated disk%s' % (
+        PIVOT_DONE, path, ', the guest resumed' if resumed else '')
+
+
+def _undo(domain, path, active):
+    """The original file is the disk: its name back, the copy removed,
+    the guest resumed if the adoption paused it.
+    """
+    _unswap(path, path + ORIG_SUFFIX)
+    fileops.remove(path + NEW_SUFFIX)
     resumed = active and _resume_ours(domain, path)
     _end_journal(path)
     return 'copy undone: the guest keeps its original disk %s%s' % (

@@ -16,8 +16,8 @@ Shared by ``prealloc-backend adopt`` (first thing of every run) and
 nova-compute's start (the driver's init_host, before nova starts any guest
 of the host: after a power cut the disk's name must be the complete file
 before ``resume_guests_state_on_host_boot`` boots it). Both hold the host's
-adopt lock (``instances_path/.prealloc-adopt.lock``) meanwhile; nova-compute
-skips the recovery while an adopt runs.
+adopt lock (``instances_path/.prealloc-adopt-<host>.lock``) meanwhile;
+nova-compute skips the recovery while an adopt runs.
 
 Only instances whose libvirt domain this host defines are recovered: with
 a shared instances_path the others are another host's.
@@ -32,7 +32,7 @@ from prealloc_backend.adoption import live
 # The instance's task_state while it is being adopted (nova's field is a
 # free string; its API refuses actions in any task state but None).
 TASK_STATE = 'prealloc_adopting'
-LOCK_NAME = '.prealloc-adopt.lock'
+LOCK_NAME = '.prealloc-adopt-%s.lock'
 # libvirt's virErrorNumber for an unknown domain (by value: this module
 # imports without the libvirt python module).
 VIR_ERR_NO_DOMAIN = 42
@@ -42,13 +42,28 @@ class AlreadyRunning(Exception):
     pass
 
 
-def host_lock(instances_path):
-    """This host's adopt lock (flock, opened without following a symlink):
-    its descriptor; close it to release. Raises AlreadyRunning.
+def lock_path(instances_path, host):
+    """The adopt lock of ``host`` ([DEFAULT] host) in instances_path: one
+    per host, so that hosts sharing instances_path do not wait on each
+    other.
     """
-    path = os.path.join(instances_path, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW |
-                 os.O_CLOEXEC, 0o600)
+    return os.path.join(instances_path, LOCK_NAME % host.replace('/', '_'))
+
+
+def host_lock(instances_path, host, create=True):
+    """This host's adopt lock (flock, opened without following a symlink):
+    its descriptor; close it to release. Raises AlreadyRunning. With
+    ``create`` False, None when the lock file does not exist (no adopt
+    ever ran on this host: nothing of one can be left).
+    """
+    path = lock_path(instances_path, host)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC |
+                     (os.O_CREAT if create else 0), 0o600)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

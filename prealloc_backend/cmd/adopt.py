@@ -352,7 +352,7 @@ def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
     from nova import exception as nova_exception
     from nova import objects
     report = report or Report()
-    lock = recovery.host_lock(CONF.instances_path)
+    lock = recovery.host_lock(CONF.instances_path, CONF.host)
     try:
         if dry_run:
             for path in recovery.leftovers(CONF.instances_path):

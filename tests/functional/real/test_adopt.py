@@ -77,6 +77,10 @@ _CHILD = textwrap.dedent('''
     plan = diskplan.make_plan(conf.prealloc_backend, None, Mode.SPACE,
                               diskplan.DiskFormat.QCOW2, size,
                               fsprobe.facts(os.path.dirname(path)))
+    # As the command does: the host's adopt lock, held while it works
+    # (released by the kill).
+    from prealloc_backend.adoption import recovery
+    lock = recovery.host_lock(instances_path, 'compute1')
     dom = libvirt.open('qemu:///system').lookupByUUIDString(uuid)
     new = live.make_target(path, checked.backing, checked.backing_fmt,
                            size, plan)

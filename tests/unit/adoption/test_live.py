@@ -32,17 +32,24 @@ from prealloc_backend import exception
 from prealloc_backend.system import fileops
 from tests import base
 
+# The running domain's ID (one per QEMU process).
+DOMAIN_ID = 7
+
 
 class FakeDomain:
 
     def __init__(self, path, active=True, job=False, paused=False,
-                 dev='vda'):
+                 dev='vda', on_abort=None):
         self.path = path
         self.dev = dev
         self.active = active
         self.job = job
         self.paused = paused
+        self.on_abort = on_abort
         self.calls = []
+
+    def ID(self):
+        return DOMAIN_ID if self.active else -1
 
     def isActive(self):
         return self.active
@@ -58,6 +65,9 @@ class FakeDomain:
     def blockJobAbort(self, dev, flags):
         self.calls.append(('abort', dev, flags))
         self.job = False
+        if self.on_abort:
+            # QEMU closes the copy's target when the copy is aborted.
+            self.on_abort()
 
     def info(self):
         return [live.DOMAIN_PAUSED if self.paused else live.DOMAIN_RUNNING]
@@ -89,14 +99,22 @@ class TestRecover(base.TestCase):
             return f.read()
 
     def qemu_holds(self, path):
+        """Hold QEMU's write lock on ``path``; returns what releases it."""
         fd = os.open(path, os.O_RDONLY)
-        self.addCleanup(os.close, fd)
         fileops.ofd_lock_shared(fd, fileops.QEMU_WRITER_BYTE)
+        held = [fd]
 
-    def journal(self, phase, paused=False, dev='vda'):
+        def release():
+            if held:
+                os.close(held.pop())
+        self.addCleanup(release)
+        return release
+
+    def journal(self, phase, paused=False, dev='vda', domain_id=DOMAIN_ID):
         self.write(live.journal_path(self.path),
                    json.dumps({'phase': phase, 'dev': dev,
-                               'paused': paused}))
+                               'paused': paused,
+                               'domain_id': domain_id if paused else None}))
 
     def domain(self, **kwargs):
         return FakeDomain(self.path, **kwargs)
@@ -120,9 +138,9 @@ class TestRecover(base.TestCase):
         self.write(self.orig, 'guest')
         self.write(self.path, 'half a copy')
         self.qemu_holds(self.orig)
-        self.qemu_holds(self.path)
+        release = self.qemu_holds(self.path)
         self.journal(live.SWAPPED)
-        domain = self.domain(job=True)
+        domain = self.domain(job=True, on_abort=release)
         self.assertIn('copy undone', live.recover(domain, self.path))
         # The copy aborted, never pivoted.
         self.assertEqual([('abort', 'vda', 0)], domain.calls)
@@ -135,9 +153,9 @@ class TestRecover(base.TestCase):
         self.write(self.orig, 'guest')
         self.write(self.path, 'copy')
         self.qemu_holds(self.orig)
-        self.qemu_holds(self.path)
+        release = self.qemu_holds(self.path)
         self.journal(live.SWAPPED, paused=True)
-        domain = self.domain(job=True, paused=True)
+        domain = self.domain(job=True, paused=True, on_abort=release)
         self.assertIn('resumed', live.recover(domain, self.path))
         self.assertEqual([('abort', 'vda', 0), ('resume',)], domain.calls)
         self.assertEqual('guest', self.read(self.path))
@@ -158,6 +176,7 @@ class TestRecover(base.TestCase):
     def test_swapped_killed_between_the_renames(self):
         self.write(self.orig, 'guest')
         self.write(self.new, 'target')
+        self.qemu_holds(self.orig)
         self.journal(live.SWAPPED)
         live.recover(self.domain(), self.path)
         self.assertEqual('guest', self.read(self.path))
@@ -221,6 +240,28 @@ class TestRecover(base.TestCase):
         self.assertEqual('guest', self.read(self.orig))
         self.assertEqual('copy', self.read(self.path))
         self.assertIn('disk.prealloc-adopt', self.left())
+
+    def test_a_new_qemu_on_the_copy_is_not_a_pivot(self):
+        # The adoption had paused a QEMU (ID 7); the one on the copy now is
+        # another (started from the disk's name): left as it is.
+        self.write(self.orig, 'guest')
+        self.write(self.path, 'copy')
+        self.qemu_holds(self.path)
+        self.journal(live.SWAPPED, paused=True, domain_id=3)
+        self.assertRaisesRegex(exception.PreallocError, 'left as it is',
+                               live.recover, self.domain(), self.path)
+        self.assertEqual('guest', self.read(self.orig))
+
+    def test_no_lock_on_either_file_is_refused(self):
+        # A running guest and no image lock on either file (locking off):
+        # nothing tells which file it runs on.
+        self.write(self.orig, 'guest')
+        self.write(self.path, 'copy')
+        self.journal(live.SWAPPED)
+        self.assertRaisesRegex(exception.PreallocError, 'locking off',
+                               live.recover, self.domain(), self.path)
+        self.assertEqual(['disk', 'disk.prealloc-adopt',
+                          'disk.prealloc-adopt-orig'], self.left())
 
     def test_journal_naming_another_disk_is_refused(self):
         self.write(self.orig, 'guest')

@@ -79,15 +79,22 @@ class TestRecovery(base.TestCase):
         self.assertEqual([b], recovery.leftovers(self.top, 'b'))
         self.assertEqual([], recovery.leftovers(self.top, 'c'))
 
-    def test_one_adopt_per_instances_path(self):
-        fd = recovery.host_lock(self.top)
+    def test_one_adopt_per_host(self):
+        # nova-compute's start never creates the lock: no adopt ran.
+        self.assertIsNone(recovery.host_lock(self.top, 'h1', create=False))
+        fd = recovery.host_lock(self.top, 'h1')
         self.addCleanup(os.close, fd)
         self.assertRaises(recovery.AlreadyRunning, recovery.host_lock,
-                          self.top)
+                          self.top, 'h1')
+        self.assertRaises(recovery.AlreadyRunning, recovery.host_lock,
+                          self.top, 'h1', create=False)
+        # Another host sharing instances_path has its own.
+        other = recovery.host_lock(self.top, 'h2')
+        os.close(other)
 
     def test_lock_is_not_followed_through_a_symlink(self):
-        os.symlink('/etc/passwd', os.path.join(self.top, recovery.LOCK_NAME))
-        self.assertRaises(OSError, recovery.host_lock, self.top)
+        os.symlink('/etc/passwd', recovery.lock_path(self.top, 'h1'))
+        self.assertRaises(OSError, recovery.host_lock, self.top, 'h1')
 
     def test_only_domains_of_this_host_are_recovered(self):
         path = self.disk('other')
