@@ -36,8 +36,6 @@ from prealloc_backend.planner import diskplan
 from prealloc_backend.planner import modes
 from prealloc_backend import sizes
 
-DISK_NAMES = ('disk', 'disk.local', 'disk.swap')
-DISK_PREFIXES = ('disk.eph',)
 QCOW2_MAGIC = b'QFI\xfb'
 HEADER = 104
 # qcow2 v3 incompatible feature bit 4: extended L2 entries.
@@ -100,8 +98,7 @@ def _disks(path):
                 except OSError:
                     continue
                 for name in names:
-                    if not (name in DISK_NAMES or
-                            name.startswith(DISK_PREFIXES)) or \
+                    if not adoption.is_nova_disk(name) or \
                             '.prealloc' in name:
                         continue
                     got = overlay_facts(sub, name)

@@ -74,9 +74,6 @@ CONF = pb_conf.CONF
 
 TASK_STATE = recovery.TASK_STATE
 ERROR_EXIT = 255
-# nova's names of the disks it makes from its image cache.
-DISK_NAMES = ('disk', 'disk.local', 'disk.swap')
-DISK_PREFIXES = ('disk.eph',)
 
 
 def add_arguments(parser):
@@ -155,7 +152,7 @@ def candidate_disks(domain, uuid):
         name = os.path.basename(path)
         if os.path.dirname(os.path.realpath(path)) != directory:
             continue
-        if name in DISK_NAMES or name.startswith(DISK_PREFIXES):
+        if adoption.is_nova_disk(name):
             found.append((dev, path))
     return found
 
@@ -197,7 +194,7 @@ def _claim(instance):
 
 
 def _progress_printer(report, uuid):
-    state = {'last': 0.0, 'start': time.monotonic(), 'first': None}
+    state = {'last': 0.0, 'first': None}
 
     def show(p):
         now = time.monotonic()

@@ -28,6 +28,20 @@ from prealloc_backend.planner.modes import Mode
 from prealloc_backend.planner.qcow2_layout import Qcow2Preallocation
 
 
+# nova's names of the disks it makes from its image cache: the disks
+# adoption looks at.
+DISK_NAMES = ('disk', 'disk.local', 'disk.swap')
+DISK_PREFIXES = ('disk.eph',)
+
+
+def is_nova_disk(name):
+    """Whether the file ``name`` of an instance directory is one of the
+    disks nova makes from its image cache (disk, disk.local, disk.eph*,
+    disk.swap).
+    """
+    return name in DISK_NAMES or name.startswith(DISK_PREFIXES)
+
+
 @dataclasses.dataclass(frozen=True)
 class OverlayFacts:
     """What ``qemu-img info`` and ``fstat`` say of an existing overlay."""
