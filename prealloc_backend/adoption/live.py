@@ -298,12 +298,17 @@ def _inode(path):
 
 
 def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
-                  cancelled=lambda: False):
+                  cancelled=lambda: False, reconnect=None):
     """Put the guest of ``domain`` on ``new`` (make_target's) in place of
     the overlay at ``path`` (its disk ``dev``), as the module says.
     Returns the seconds the guest was paused. Raises Cancelled or
     AdoptionFailed with the guest on its original disk and ``new`` gone,
     or, past the pivot, AdoptionFailed saying what recover did.
+
+    ``reconnect()``, when given, returns the domain again on a new
+    connection (None when libvirt has it no more): the undo uses it when
+    the connection died under the copy (libvirtd restarted; QEMU, the
+    guest and the copy ran on).
     """
     orig = path + ORIG_SUFFIX
     why = None
@@ -343,6 +348,7 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
         paused = _pause_and_pivot(domain, dev, path)
     except BaseException as exc:
         try:
+            domain, lost = _connected(domain, reconnect)
             done = recover(domain, path)
             resumed = _resume_after_io_error(domain)
         except Exception:
@@ -350,6 +356,10 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
                           'journal stays for prealloc-backend adopt to '
                           'recover', path)
             raise exc
+        if lost:
+            exc = AdoptionFailed('libvirtd\'s connection was lost during '
+                                 'the copy (libvirtd restarted?), opened '
+                                 'again: %s' % exc)
         if done and done.startswith(PIVOT_DONE):
             raise AdoptionFailed('%s: %s, after: %s' % (path, done, exc))
         if isinstance(exc, (Cancelled, KeyboardInterrupt)):
@@ -366,6 +376,22 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
         raise AdoptionFailed('%s: adopted, but the guest is not running '
                              'after its resume' % path)
     return paused
+
+
+def _connected(domain, reconnect):
+    """(domain, lost): ``domain`` when its connection still answers, else
+    (``reconnect()``'s, True). libvirtd restarted: its clients'
+    connections are dead, while QEMU (and the copy in it) runs on.
+    """
+    if reconnect is None:
+        return domain, False
+    try:
+        domain.connect().getLibVersion()
+        return domain, False
+    except Exception:
+        LOG.warning('the libvirt connection is lost (libvirtd restarted?): '
+                    'opening it again to undo the copy')
+    return reconnect(), True
 
 
 def _resume_after_io_error(domain):

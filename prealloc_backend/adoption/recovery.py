@@ -26,8 +26,14 @@ a shared instances_path the others are another host's.
 import fcntl
 import glob
 import os
+import time
+
+from oslo_log import log as logging
 
 from prealloc_backend.adoption import live
+from prealloc_backend import exception
+
+LOG = logging.getLogger(__name__)
 
 # The instance's task_state while it is being adopted (nova's field is a
 # free string; its API refuses actions in any task state but None).
@@ -36,6 +42,10 @@ LOCK_NAME = '.prealloc-adopt-%s.lock'
 # libvirt's virErrorNumber for an unknown domain (by value: this module
 # imports without the libvirt python module).
 VIR_ERR_NO_DOMAIN = 42
+# Seconds a connection that died waits for libvirtd to answer again (a
+# restart: its first connection waits for QEMU's capabilities probe, about
+# 8 s on the tier's machines).
+RECONNECT_TIMEOUT = 90
 
 
 class AlreadyRunning(Exception):
@@ -98,6 +108,60 @@ def lookup(conn, uuid):
         if code is not None and code() == VIR_ERR_NO_DOMAIN:
             return None
         raise
+
+
+class Connection(object):
+    """The command's libvirt connection, opened again (same URI) when it
+    no longer answers: a restarted libvirtd's clients stay dead, while its
+    guests and their block jobs run on.
+    """
+
+    def __init__(self, conn, opener=None, timeout=RECONNECT_TIMEOUT):
+        self.uri = conn.getURI()
+        self._conn = conn
+        self._opener = opener
+        self.timeout = timeout
+
+    def _open(self):
+        if self._opener is not None:
+            return self._opener(self.uri)
+        import libvirt
+        return libvirt.open(self.uri)
+
+    def get(self):
+        """A connection that answered just now."""
+        try:
+            self._conn.getLibVersion()
+            return self._conn
+        except Exception:
+            pass
+        try:
+            self._conn.close()
+        except Exception:
+            pass
+        LOG.warning('libvirt connection to %s lost: opening it again',
+                    self.uri)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                self._conn = self._open()
+                self._conn.getLibVersion()
+                return self._conn
+            except Exception as exc:
+                if time.monotonic() > deadline:
+                    raise exception.PreallocError(
+                        reason='libvirtd on %s did not answer again within '
+                               '%d s: %s' % (self.uri, self.timeout, exc))
+            time.sleep(1)
+
+    def lookup(self, uuid):
+        return lookup(self.get(), uuid)
+
+    def close(self):
+        try:
+            self._conn.close()
+        except Exception:
+            pass
 
 
 def recover_all(conn, instances_path, say, failed):

@@ -229,7 +229,7 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
         report.left('instance %s: vm_state %s: only active and stopped '
                     'instances are adopted' % (uuid, instance.vm_state))
         return
-    domain = recovery.lookup(conn, uuid)
+    domain = conn.lookup(uuid)
     if domain is None:
         report.left('instance %s: no libvirt domain on this host' % uuid)
         return
@@ -285,7 +285,14 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
             if stop is not None and stop.requested:
                 raise stopping.Stopped(stop.signum)
             _adopt_disk(domain, running, uuid, dev, path, checked, facts,
-                        verdict, report, bandwidth, stop)
+                        verdict, report, bandwidth, stop,
+                        reconnect=lambda: conn.lookup(uuid))
+            # After a restart of libvirtd the next disk needs a live one.
+            domain = conn.lookup(uuid)
+            if domain is None:
+                report.failed('instance %s: its libvirt domain is gone: '
+                              'its other disks left alone' % uuid)
+                return
     finally:
         if recovery.leftovers(CONF.instances_path, uuid):
             report.failed('instance %s: task_state %s kept: an interrupted '
@@ -296,7 +303,7 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
 
 
 def _adopt_disk(domain, running, uuid, dev, path, checked, facts, verdict,
-                report, bandwidth, stop):
+                report, bandwidth, stop, reconnect=None):
     before = facts.allocated_bytes
     plan = verdict.plan
     timeout = CONF.prealloc_backend.allocation_timeout or None
@@ -326,7 +333,8 @@ def _adopt_disk(domain, running, uuid, dev, path, checked, facts, verdict,
         paused = live.adopt_running(
             domain, dev, path, new, bandwidth=bandwidth,
             progress=_progress_printer(report, uuid),
-            cancelled=lambda: stop is not None and stop.requested)
+            cancelled=lambda: stop is not None and stop.requested,
+            reconnect=reconnect)
     except live.Cancelled:
         report.left('instance %s %s: cancelled: the guest stays on its '
                     'original disk' % (uuid, dev))
@@ -344,11 +352,12 @@ def _adopt_disk(domain, running, uuid, dev, path, checked, facts, verdict,
 def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
           stop=None, report=None):
     """The command's work, with nova's objects and a libvirt connection
-    ready: returns the Report.
+    ready (opened again when libvirtd restarts): returns the Report.
     """
     from nova import exception as nova_exception
     from nova import objects
     report = report or Report()
+    conn = recovery.Connection(conn)
     lock = recovery.host_lock(CONF.instances_path, CONF.host)
     try:
         if dry_run:
@@ -356,8 +365,8 @@ def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
                 report.left('%s: left by an interrupted adoption (the next '
                             'run recovers it)' % path)
         else:
-            recovery.recover_all(conn, CONF.instances_path, report.say,
-                                 report.failed)
+            recovery.recover_all(conn.get(), CONF.instances_path,
+                                 report.say, report.failed)
             recovery.release_stale_claims(context, CONF.host,
                                           CONF.instances_path, report.say)
         if uuids:

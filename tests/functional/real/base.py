@@ -32,12 +32,14 @@ tests skip with the reason; with CI=true they fail instead.
 """
 
 import builtins
+import fcntl
 import functools
 import glob
 import hashlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -76,6 +78,11 @@ BASE_IMAGE_SIZE = 4 * units.Mi
 GUEST_MEMORY_MB = 256
 # Seconds a TCG guest gets to reach its report on the console.
 CONSOLE_TIMEOUT = 90
+# .ci/libvirt-up's state directory: the PID file of the libvirtd it
+# started (or its mark that systemd runs it), and the tier's lock.
+LIBVIRT_STATE_DIR = os.environ.get('PREALLOC_LIBVIRT_STATE_DIR',
+                                   '/var/lib/prealloc-backend/libvirt-state')
+TIER_LOCK = 'real-tier.lock'
 
 # NOTE(nova): nova's test base poisons these for every test
 # (GenericPoisonFixture, SysFsPoisonFixture) so that unit tests cannot read the
@@ -121,6 +128,48 @@ def environment_problem():
     except pb_guest.GuestError as exc:
         return 'no tiny guest can be built: %s' % exc
     return None
+
+
+def _tier_lock(exclusive):
+    """The tier's lock on the libvirtd all its tests share (flock, in
+    libvirt-up's state directory): shared by every test, exclusive for a
+    test that restarts libvirtd (every other test's connection, and any
+    call it has in flight, would die with it). Its descriptor, or None
+    without that directory (a libvirtd libvirt-up did not start: no test
+    restarts it).
+    """
+    if not os.path.isdir(LIBVIRT_STATE_DIR):
+        return None
+    fd = os.open(os.path.join(LIBVIRT_STATE_DIR, TIER_LOCK),
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    return fd
+
+
+def _close_quietly(conn):
+    try:
+        conn.close()
+    except libvirt.libvirtError:
+        pass   # closed already, or its libvirtd gone
+
+
+def _our_libvirtd():
+    """(how, pid): ('systemd', None) when libvirt-up had systemd restart
+    it, ('pid', PID) when it started it by hand, (None, why not) else.
+    """
+    if os.path.exists(os.path.join(LIBVIRT_STATE_DIR, 'systemd')):
+        return 'systemd', None
+    try:
+        with open(os.path.join(LIBVIRT_STATE_DIR, 'libvirtd.pid')) as f:
+            pid = int(f.read().strip())
+        with open('/proc/%d/comm' % pid) as f:
+            if f.read().strip() == 'libvirtd':
+                return 'pid', pid
+    except (OSError, ValueError):
+        pass
+    return None, ('the libvirtd on %s was not started by .ci/libvirt-up '
+                  '(no PID of it in %s): this test restarts only that one'
+                  % (URI, LIBVIRT_STATE_DIR))
 
 
 def _which(tool):
@@ -174,11 +223,19 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
     # (kind, MiB) of a loop-mounted filesystem for instances_path
     # (fixtures.LoopFilesystem), or None: a directory of /tmp.
     INSTANCES_FS = None
+    # True for a test that restarts libvirtd (restart_libvirtd): it runs
+    # while no other test of the tier does.
+    RESTARTS_LIBVIRTD = False
     microversion = 'latest'
     ADMIN_API = True
 
     def setUp(self):
         require_environment(self)
+        # Before nova's test base starts the test's timeout: the wait for
+        # the lock is not the test's time.
+        lock = _tier_lock(self.RESTARTS_LIBVIRTD)
+        if lock is not None:
+            self.addCleanup(os.close, lock)
         self._server_ids = set()
         if self.INSTANCES_FS:
             # A filesystem of its own (kind, MiB) for a test about room.
@@ -248,7 +305,9 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
         self._configure_compute()
         libvirt.registerErrorHandler(_silence_libvirt_errors, None)
         self.conn = libvirt.open(URI)
-        self.addCleanup(self.conn.close)
+        # The connection of the end (restart_libvirtd opens another),
+        # after the domains are gone.
+        self.addCleanup(lambda: _close_quietly(self.conn))
         return self._start_compute('compute1')
 
     def _destroy_domains(self):
@@ -432,6 +491,56 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
         """
         start = pb_guest.parse_console_starts(console)
         return any(b != not_boot_id for b in start)
+
+    def restart_libvirtd(self):
+        """Stop the tier's libvirtd and start it again, as a package
+        upgrade or an operator does (QEMU, the guests and their block jobs
+        run on); self.conn is then a new connection. Only in a class with
+        RESTARTS_LIBVIRTD (skips when libvirt-up did not start libvirtd).
+        """
+        assert self.RESTARTS_LIBVIRTD, 'restart_libvirtd needs the tier ' \
+            'to itself (RESTARTS_LIBVIRTD = True)'
+        how, pid = _our_libvirtd()
+        if how is None:
+            self.skipTest(pid)
+        if how == 'systemd':
+            subprocess.run(['systemctl', 'restart', 'libvirtd.service'],
+                           check=True, timeout=120)
+        else:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 60
+            while os.path.exists('/proc/%d' % pid):
+                if time.monotonic() > deadline:
+                    self.fail('libvirtd %d did not stop within 60 s of '
+                              'SIGTERM' % pid)
+                time.sleep(0.2)
+            subprocess.run(
+                ['libvirtd', '-d', '-p',
+                 os.path.join(LIBVIRT_STATE_DIR, 'libvirtd.pid')],
+                check=True, timeout=60,
+                env={'PATH': '/usr/sbin:/usr/bin:/sbin:/bin',
+                     'LANG': 'C.UTF-8'})
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                conn = libvirt.open(URI)
+                conn.getVersion()
+                break
+            except libvirt.libvirtError as exc:
+                if time.monotonic() > deadline:
+                    self.fail('libvirtd does not answer within 90 s of its '
+                              'restart: %s' % exc)
+                time.sleep(0.5)
+        # The old one is dead: closed, whoever holds it.
+        _close_quietly(self.conn)
+        self.conn = conn
+
+    def libvirtd_restart_problem(self):
+        """None when restart_libvirtd can restart this libvirtd, else
+        why not.
+        """
+        how, why = _our_libvirtd()
+        return why if how is None else None
 
     def wait_for_domain_shutoff(self, server, timeout=CONSOLE_TIMEOUT):
         dom = self.domain(server)

@@ -81,7 +81,10 @@ class FakeDomain:
         self.paused = False
 
 
-class TestRecover(base.TestCase):
+class _DiskFiles(base.TestCase):
+    """An instance directory: the disk, its copy and journal, and QEMU's
+    image locks on them.
+    """
 
     def setUp(self):
         super().setUp()
@@ -121,6 +124,9 @@ class TestRecover(base.TestCase):
 
     def left(self):
         return sorted(os.listdir(self.dir))
+
+
+class TestRecover(_DiskFiles):
 
     def test_nothing_to_do(self):
         self.write(self.path, 'guest')
@@ -291,3 +297,82 @@ class TestRecover(base.TestCase):
                                live.recover, self.domain(), self.path)
         self.assertEqual('guest', self.read(self.orig))
         self.assertEqual(3, len(self.left()))
+
+
+class LostConnection(Exception):
+    """What libvirt raises on a connection whose libvirtd went away."""
+
+
+class CopyingDomain(FakeDomain):
+    """A domain whose connection dies (libvirtd restarted) after
+    ``calls_left`` looks at the copy.
+    """
+
+    def __init__(self, path, calls_left):
+        super().__init__(path)
+        self.calls_left = calls_left
+
+    def blockCopy(self, dev, dest, params, flags):
+        self.calls.append(('copy', dev, flags))
+        self.job = True
+
+    def XMLDesc(self, flags):
+        if self.calls_left <= 0:
+            raise LostConnection('Cannot write data: Broken pipe')
+        return ("<domain><devices><disk type='file' device='disk'>"
+                "<source file='%s'/><target dev='%s'/>%s</disk></devices>"
+                "</domain>" % (self.path, self.dev,
+                               "<mirror ready='no'/>" if self.job else ''))
+
+    def blockJobInfo(self, dev, flags):
+        if self.calls_left <= 0:
+            raise LostConnection('Cannot write data: Broken pipe')
+        self.calls_left -= 1
+        return {'cur': 0, 'end': 1}
+
+    def connect(self):
+        if self.calls_left <= 0:
+            raise LostConnection('internal error: client socket is closed')
+        return self
+
+
+class TestLibvirtdRestart(_DiskFiles):
+    """libvirtd restarted during the copy: QEMU and the copy run on, the
+    command's connection is dead; the undo goes through a new one.
+    """
+
+    def start(self):
+        self.write(self.path, 'guest')
+        self.qemu_holds(self.path)
+        self.write(self.new, 'preallocated')
+
+    def test_copy_undone_through_a_new_connection(self):
+        self.start()
+        dead = CopyingDomain(self.path, calls_left=2)
+        # The new libvirtd found the copy QEMU still runs.
+        fresh = self.domain(job=True)
+        reconnects = []
+
+        def reconnect():
+            reconnects.append(True)
+            return fresh
+
+        exc = self.assertRaises(live.AdoptionFailed, live.adopt_running,
+                                dead, 'vda', self.path, self.new,
+                                reconnect=reconnect)
+        self.assertIn("libvirtd's connection was lost", str(exc))
+        self.assertIn('stays on its original disk', str(exc))
+        self.assertEqual([True], reconnects)
+        self.assertEqual([('abort', 'vda', 0)], fresh.calls)
+        self.assertEqual('guest', self.read(self.path))
+        self.assertEqual(['disk'], self.left())
+
+    def test_without_reconnect_the_journal_stays(self):
+        self.start()
+        dead = CopyingDomain(self.path, calls_left=1)
+        self.assertRaises(LostConnection, live.adopt_running,
+                          dead, 'vda', self.path, self.new)
+        # Nothing could be undone: everything stays for the next run.
+        self.assertEqual(['disk', 'disk.prealloc-adopt',
+                          'disk.prealloc-adopt-orig'], self.left())
+        self.assertEqual('guest', self.read(self.orig))

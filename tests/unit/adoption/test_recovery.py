@@ -26,6 +26,7 @@ import fixtures
 
 from prealloc_backend.adoption import live
 from prealloc_backend.adoption import recovery
+from prealloc_backend import exception
 from tests import base
 
 
@@ -128,3 +129,66 @@ class TestRecovery(base.TestCase):
         self.assertEqual([], kept.saved)
         self.assertEqual([], other.saved)
         self.assertEqual(2, len(said))
+
+
+class FlakyConn:
+    """A libvirt connection that answers until ``dead``."""
+
+    def __init__(self, uri='qemu:///system', dead=False):
+        self.uri = uri
+        self.dead = dead
+        self.closed = False
+
+    def getURI(self):
+        return self.uri
+
+    def getLibVersion(self):
+        if self.dead:
+            raise RuntimeError('internal error: client socket is closed')
+        return 9000000
+
+    def close(self):
+        self.closed = True
+
+    def lookupByUUIDString(self, uuid):
+        return ('domain', uuid, self)
+
+
+class TestConnection(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.useFixture(fixtures.MockPatch('time.sleep'))
+
+    def test_live_connection_kept(self):
+        conn = FlakyConn()
+        opened = []
+        wrapped = recovery.Connection(conn, opener=opened.append)
+        self.assertIs(conn, wrapped.get())
+        self.assertEqual([], opened)
+
+    def test_dead_connection_opened_again_when_libvirtd_answers(self):
+        conn = FlakyConn()
+        tries = []
+        fresh = FlakyConn()
+
+        def opener(uri):
+            tries.append(uri)
+            if len(tries) < 3:
+                raise RuntimeError('Failed to connect socket')
+            return fresh
+
+        wrapped = recovery.Connection(conn, opener=opener)
+        conn.dead = True
+        self.assertEqual(('domain', 'u1', fresh), wrapped.lookup('u1'))
+        self.assertEqual(['qemu:///system'] * 3, tries)
+        self.assertTrue(conn.closed)
+
+    def test_libvirtd_not_back_in_time(self):
+        conn = FlakyConn()
+        wrapped = recovery.Connection(conn, opener=lambda uri: FlakyConn(
+            dead=True), timeout=0)
+        conn.dead = True
+        self.assertRaisesRegex(exception.PreallocError,
+                               'did not answer again within 0 s',
+                               wrapped.get)
