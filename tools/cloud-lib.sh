@@ -54,6 +54,15 @@ CTL_IP=$LINK_PREFIX.1
 # host_ip N, host_name N: compute host N's address and name.
 host_ip() { echo "$LINK_PREFIX.$((10 + $1))"; }
 host_name() { echo "prealloc-cloud-$1"; }
+# host_mode N: the plugin's policy of host N. Host 1 follows nova's
+# preallocate_images = space (the one line of the install guide); host 2
+# sets [prealloc_backend] mode = metadata (cloud-up's host_mode_conf): a
+# fleet whose hosts differ (a disk that moves gets the policy of the host
+# it lands on, unless its flavor names a mode). Tempest's [prealloc]
+# host_modes says the same.
+host_mode() {
+  if [ "$1" = 2 ]; then echo metadata; else echo space; fi
+}
 KEYSTONE_PORT=5000
 GLANCE_PORT=9292
 PLACEMENT_PORT=8778

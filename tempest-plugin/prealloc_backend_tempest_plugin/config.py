@@ -61,6 +61,13 @@ PreallocGroup = [
     cfg.StrOpt('prealloc_backend_command',
                default='prealloc-backend',
                help='The prealloc-backend command on the compute host.'),
+    cfg.StrOpt('compute_restart_command',
+               help="A command line (split as a shell would) that restarts "
+                    "the nova-compute of the host its first argument names, "
+                    "in the mode '--mode MODE' gives, or in the host's own "
+                    "without it (tools/cloud-compute). Unset: the adoption "
+                    "test boots its server in the host's own mode instead "
+                    "of mode none."),
 ]
 
 

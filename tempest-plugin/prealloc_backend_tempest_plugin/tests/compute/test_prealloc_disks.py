@@ -33,6 +33,8 @@ full      yes          128K       whole virtual size     all, written
 ========= ============ ========== ====================== ================
 """
 
+import shlex
+import subprocess
 import time
 
 from tempest.api.compute import base
@@ -652,15 +654,28 @@ class PreallocCheckTest(base.BaseV2ComputeAdminTest):
             self.assertEqual(0, code, '%s: %s' % (name, report))
 
 
+@decorators.serial
 class PreallocAdoptTest(PreallocTwoHostsTest):
     """``prealloc-backend adopt`` on a running server, then nova's own
     operations on the adopted disk: a block live migration and a resize.
 
-    The server boots on the host whose mode reserves nothing (metadata);
-    the host's policy is then switched to space for the command (a
-    configuration file after nova-compute's, as an operator changing
-    ``[prealloc_backend] mode`` would), which rewrites the disk live.
+    The server boots in mode none (nova's own overlay: a disk made before
+    the plugin's policy), on the host whose mode reserves nothing, its
+    nova-compute restarted in mode none for the boot and in its own mode
+    after ([prealloc] compute_restart_command; without it, in the host's
+    own mode). Then the host's policy is switched to space for the command
+    (a configuration file after nova-compute's, as an operator changing
+    ``[prealloc_backend] mode`` would), which rewrites the disk live. A
+    serial test: no other test runs while a nova-compute restarts.
     """
+
+    def restart_compute(self, host, mode=None):
+        argv = (shlex.split(CONF.prealloc.compute_restart_command) +
+                [host] + (['--mode', mode] if mode else []))
+        proc = subprocess.run(argv, capture_output=True, text=True,
+                              timeout=300)
+        self.assertEqual(0, proc.returncode, '%s: %s%s' % (
+            argv, proc.stdout, proc.stderr))
 
     def adopt(self, server, mode):
         host = self.host_of(server)
@@ -681,10 +696,17 @@ class PreallocAdoptTest(PreallocTwoHostsTest):
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a50')
     def test_adopted_disk_live_migrates_and_resizes(self):
         thick, thin = self.thick_and_thin()
-        if self.host_mode(thin) != 'metadata':
-            raise self.skipException('needs a host in mode metadata')
-        server = self.boot_on(self.flavor(), thin)
-        self.assert_disk(server, 'metadata', GiB)
+        if CONF.prealloc.compute_restart_command:
+            mode = 'none'
+            try:
+                self.restart_compute(thin, mode)
+                server = self.boot_on(self.flavor(), thin)
+            finally:
+                self.restart_compute(thin)
+        else:
+            mode = self.host_mode(thin)
+            server = self.boot_on(self.flavor(), thin)
+        self.assert_disk(server, mode, GiB)
         host = self.host_of(server)
         path = host.disk_path(server['id'])
         data = host.guest_md5(path)
