@@ -453,9 +453,7 @@ def _run(args):
 
 
 def run(args):
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.ERROR,
-        format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
+    check_cmd.setup_logging(args.verbose)
     try:
         return _run(args)
     except (check_cmd.ConfigLoadError, recovery.AlreadyRunning,

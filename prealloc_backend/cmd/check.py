@@ -364,10 +364,17 @@ def _run(args):
         return report(HostChecks(host, stop), args.json)
 
 
-def run(args):
+def setup_logging(verbose):
+    """The commands' logging: errors only on stderr, everything with
+    --verbose (what they say to the operator is their own output).
+    """
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.ERROR,
+        level=logging.DEBUG if verbose else logging.ERROR,
         format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
+
+
+def run(args):
+    setup_logging(args.verbose)
     try:
         return _run(args)
     except Exception:
