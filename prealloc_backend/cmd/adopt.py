@@ -48,6 +48,7 @@ on its original disk); 130 or 143 stopped by SIGINT or SIGTERM (the disk
 being copied left on its original); 255 an error of the command itself.
 """
 
+import dataclasses
 import logging
 import math
 import os
@@ -237,6 +238,10 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
     extra_specs = instance.flavor.extra_specs
     mode = modes.disk_mode(extra_specs, host_mode)
     todo = []
+    # What the disks judged before take (an instance's disks share its
+    # directory's filesystem): each replacement is judged against the room
+    # the earlier ones leave.
+    committed = 0
     for dev, path in candidate_disks(domain, uuid):
         try:
             checked, facts = overlay_facts(path)
@@ -251,6 +256,7 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
                         'alone' % (uuid, dev, path))
             continue
         fs = fsprobe.facts(os.path.dirname(path))
+        fs = dataclasses.replace(fs, free_bytes=fs.free_bytes - committed)
         verdict = adoption.verdict(CONF.prealloc_backend, extra_specs, mode,
                                    facts, fs, path=path)
         if verdict.at_policy:
@@ -260,6 +266,7 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
                         % (uuid, dev, verdict.reason))
         else:
             todo.append((dev, path, checked, facts, verdict))
+            committed += verdict.needed
             report.say('instance %s %s: %s %s (%s)'
                        % (uuid, dev, 'would adopt' if dry_run else
                           'adopting', path, verdict.reason))

@@ -64,6 +64,8 @@ class Verdict:
     reason: str
     plan: diskplan.DiskPlan | None = None
     refused: bool = False
+    # The bytes the replacement takes from the free space.
+    needed: int = 0
 
     @property
     def at_policy(self):
@@ -110,9 +112,9 @@ def verdict(opts, extra_specs, mode, facts, fs, path='the disk'):
     if needed > fs.free_bytes:
         return Verdict(False, '%s; its replacement needs %d bytes free, %d '
                               'are' % (why, needed, fs.free_bytes),
-                       plan=plan, refused=True)
+                       plan=plan, refused=True, needed=needed)
     if _reserves(plan) is False and mode in (Mode.SPACE, Mode.FULL):
         # fallocate_unsupported = warn on this filesystem: the new disk
         # would not reserve either; its layout alone is worth a copy.
         why += ' (%s)' % plan.warning if plan.warning else ''
-    return Verdict(True, why, plan=plan)
+    return Verdict(True, why, plan=plan, needed=needed)

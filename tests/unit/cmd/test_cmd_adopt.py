@@ -17,11 +17,16 @@ test_adopt.py.
 """
 
 import argparse
+import io
 import os
+import subprocess
+import types
 
 import fixtures
+from oslo_utils import units
 
 from prealloc_backend.cmd import adopt
+from prealloc_backend.planner import diskplan
 from tests import base
 
 XML = '''<domain><devices>
@@ -82,3 +87,47 @@ class TestCandidateDisks(base.TestCase):
         found = adopt.candidate_disks(Domain(XML % {'d': d}), 'uuid')
         self.assertEqual([('vda', d + '/disk'), ('vdb', d + '/disk.eph0')],
                          found)
+
+
+class TestRoomAcrossDisks(base.TestCase):
+    """An instance's disks share its directory's filesystem: each
+    replacement is judged against the room the ones before it take. Real
+    overlays (qemu-img); the free space is the figure the test gives
+    (fsprobe.facts patched), the domain and instance are stand-ins.
+    """
+
+    def test_second_disk_judged_against_what_the_first_leaves(self):
+        root = self.useFixture(fixtures.TempDir()).path
+        self.flags(instances_path=root, host='h1')
+        self.flags(group='prealloc_backend', mode='space')
+        os.mkdir(os.path.join(root, '_base'))
+        base_file = os.path.join(root, '_base', 'img')
+        with open(base_file, 'wb') as f:
+            f.truncate(units.Mi)
+        d = os.path.join(root, 'uuid')
+        os.mkdir(d)
+        for name in ('disk', 'disk.eph0'):
+            subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b',
+                            base_file, '-F', 'raw', os.path.join(d, name),
+                            str(units.Gi)], check=True)
+        xml = """<domain><devices>
+          <disk type='file' device='disk'><source file='%(d)s/disk'/>
+            <target dev='vda'/></disk>
+          <disk type='file' device='disk'><source file='%(d)s/disk.eph0'/>
+            <target dev='vdb'/></disk></devices></domain>""" % {'d': d}
+        domain = Domain(xml)
+        conn = types.SimpleNamespace(lookup=lambda uuid: domain)
+        instance = types.SimpleNamespace(
+            uuid='uuid', host='h1', task_state=None, vm_state='active',
+            flavor=types.SimpleNamespace(extra_specs={}))
+        # Room for one 1 GiB reservation, not two.
+        self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.disk.fsprobe.facts',
+            return_value=diskplan.FsFacts(True, 'xfs',
+                                          free_bytes=units.Gi * 3 // 2)))
+        report = adopt.Report(out=io.StringIO())
+        adopt.adopt_instance(None, conn, instance, report, dry_run=True)
+        lines = report.out.getvalue().splitlines()
+        self.assertIn('vda: would adopt', lines[0])
+        self.assertIn('vdb: not adopted', lines[1])
+        self.assertIn('bytes free', lines[1])

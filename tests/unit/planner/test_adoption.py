@@ -89,3 +89,24 @@ class TestVerdict(base.TestCase):
         roomy = diskplan.FsFacts(True, 'xfs', free_bytes=400 * units.Mi)
         self.assertTrue(self.verdict(Mode.METADATA, facts=data,
                                      fs=roomy).adopt)
+
+    def test_needed_is_the_room_the_replacement_takes(self):
+        # What the command subtracts from the free space for an instance's
+        # next disk: the plan's bytes, plus the copied data where the mode
+        # reserves none.
+        v = self.verdict(Mode.SPACE)
+        self.assertEqual(v.plan.to_allocate, v.needed)
+        self.assertGreaterEqual(v.needed, units.Gi)
+        data = adoption.OverlayFacts(units.Gi, 64 * units.Ki, False,
+                                     allocated_bytes=300 * units.Mi)
+        v = self.verdict(Mode.METADATA, facts=data)
+        self.assertEqual(v.plan.to_allocate + 300 * units.Mi, v.needed)
+        # Two such disks in 500 MiB: the second is judged against what the
+        # first leaves.
+        fs = diskplan.FsFacts(True, 'xfs', free_bytes=500 * units.Mi)
+        first = self.verdict(Mode.METADATA, facts=data, fs=fs)
+        self.assertTrue(first.adopt)
+        left = diskplan.FsFacts(True, 'xfs',
+                                free_bytes=fs.free_bytes - first.needed)
+        self.assertTrue(self.verdict(Mode.METADATA, facts=data,
+                                     fs=left).refused)
