@@ -351,12 +351,19 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
             domain, lost = _connected(domain, reconnect)
             done = recover(domain, path)
             resumed = _resume_after_io_error(domain)
-        except Exception:
+        except Exception as undo_exc:
             LOG.exception('%s: could not finish or undo the adoption; the '
                           'journal stays for prealloc-backend adopt to '
                           'recover', path)
+            if _journal_says_paused(path):
+                raise AdoptionFailed(
+                    '%s: could not finish or undo the adoption (%s, then '
+                    '%s): the guest stays PAUSED until the next '
+                    'prealloc-backend adopt or nova-compute\'s start '
+                    'recovers it' % (path, exc, undo_exc)) from exc
             raise exc
-        if lost:
+        if lost and isinstance(exc, Exception) and \
+                not isinstance(exc, Cancelled):
             exc = AdoptionFailed('libvirtd\'s connection was lost during '
                                  'the copy (libvirtd restarted?), opened '
                                  'again: %s' % exc)
@@ -369,7 +376,11 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
                                  'its original disk%s: %s' % (
                                      path, resumed, exc))
         raise
-    domain_resumed = _resume_ours(domain, path)
+    try:
+        domain_resumed = _resume_ours(domain, path)
+    except Exception as exc:
+        domain, domain_resumed = _resume_after_loss(domain, path, reconnect,
+                                                    exc)
     fileops.remove(orig)
     _end_journal(path)
     if not domain_resumed:
@@ -381,7 +392,10 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
 def _connected(domain, reconnect):
     """(domain, lost): ``domain`` when its connection still answers, else
     (``reconnect()``'s, True). libvirtd restarted: its clients'
-    connections are dead, while QEMU (and the copy in it) runs on.
+    connections are dead, while QEMU (and the copy in it) runs on. Raises
+    when libvirt answers again without the domain (recover would have to
+    act on the journal alone, without QEMU's locks: left for the next run,
+    which leaves a disk of no domain of this host alone).
     """
     if reconnect is None:
         return domain, False
@@ -390,8 +404,41 @@ def _connected(domain, reconnect):
         return domain, False
     except Exception:
         LOG.warning('the libvirt connection is lost (libvirtd restarted?): '
-                    'opening it again to undo the copy')
-    return reconnect(), True
+                    'opening it again')
+    fresh = reconnect()
+    if fresh is None:
+        raise exception.PreallocError(
+            reason='libvirtd answers again but has no such domain')
+    return fresh, True
+
+
+def _journal_says_paused(path):
+    try:
+        record = read_journal(path)
+    except exception.PreallocError:
+        return False
+    return bool(record and record.get('paused'))
+
+
+def _resume_after_loss(domain, path, reconnect, exc):
+    """After the pivot and ``pivoted``, the resume failed (libvirtd
+    restarted): recover, through a new connection, keeps the new file and
+    resumes the guest. (domain, running after it).
+    """
+    try:
+        domain, lost = _connected(domain, reconnect)
+        if not lost:
+            raise exc
+        recover(domain, path)
+        return domain, domain.info()[0] == DOMAIN_RUNNING
+    except Exception:
+        LOG.exception('%s: the guest could not be resumed after the pivot',
+                      path)
+        raise AdoptionFailed(
+            '%s: pivoted onto the new file, but the guest could not be '
+            'resumed (%s): it stays PAUSED until the next prealloc-backend '
+            'adopt or nova-compute\'s start finishes the adoption'
+            % (path, exc)) from exc
 
 
 def _resume_after_io_error(domain):

@@ -121,6 +121,9 @@ class Connection(object):
         self._conn = conn
         self._opener = opener
         self.timeout = timeout
+        # Why libvirtd was given up on: later calls fail at once (a run
+        # of --all does not wait again for each instance).
+        self.gone = None
 
     def _open(self):
         if self._opener is not None:
@@ -139,6 +142,8 @@ class Connection(object):
             self._conn.close()
         except Exception:
             pass
+        if self.gone is not None:
+            raise exception.PreallocError(reason=self.gone)
         LOG.warning('libvirt connection to %s lost: opening it again',
                     self.uri)
         deadline = time.monotonic() + self.timeout
@@ -149,9 +154,10 @@ class Connection(object):
                 return self._conn
             except Exception as exc:
                 if time.monotonic() > deadline:
-                    raise exception.PreallocError(
-                        reason='libvirtd on %s did not answer again within '
-                               '%d s: %s' % (self.uri, self.timeout, exc))
+                    self.gone = ('libvirtd on %s did not answer again '
+                                 'within %d s: %s'
+                                 % (self.uri, self.timeout, exc))
+                    raise exception.PreallocError(reason=self.gone)
             time.sleep(1)
 
     def lookup(self, uuid):

@@ -209,6 +209,27 @@ def convert(src, src_fmt, dst, layout, cache, backing_file=None,
     execute(*args, heavy=True, timeout=timeout, path=path or dst)
 
 
+def zeroed_without_cluster(path, timeout=60):
+    """Bytes of the qcow2 file at ``path`` that read as zeros from a
+    cluster of its own with no host cluster behind it (``qemu-img map``:
+    depth 0, zero, no offset): ranges a block copy wrote as zeros with
+    unmap (QEMU 7.2's mirror), where the file's own blocks are no longer
+    the cluster's. Read with --force-share: a running guest's disk.
+    """
+    args = ('map', '--output=json', '--force-share', '-f', 'qcow2', path)
+    out = execute(*args, timeout=timeout)
+    try:
+        ranges = json.loads(out)
+        return sum(int(r['length']) for r in ranges
+                   if r.get('depth') == 0 and r.get('zero') and
+                   'offset' not in r)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise exception.QemuImgOutputError(
+            cmd=' '.join((QEMU_IMG,) + args),
+            reason='not a JSON list of ranges (%s)' % exc,
+            output=out[:200])
+
+
 def compare(first, second, path=None):
     """``qemu-img compare`` of two qcow2 files: QemuImgError unless a guest
     reads the same from both (exit 1: they differ).

@@ -72,7 +72,8 @@ class Verdict:
         return not self.adopt and not self.refused
 
 
-def _reserves(plan):
+def reserves(plan):
+    """True when the plan's overlay holds its data blocks (space, full)."""
     return plan.preallocation in (Qcow2Preallocation.FALLOC,
                                   Qcow2Preallocation.FULL)
 
@@ -97,7 +98,7 @@ def verdict(opts, extra_specs, mode, facts, fs, path='the disk'):
         wrong.append('extended_l2 %s, not %s' % (
             'on' if facts.extended_l2 else 'off',
             'on' if plan.extended_l2 else 'off'))
-    if _reserves(plan) and facts.allocated_bytes < facts.virtual_size:
+    if reserves(plan) and facts.allocated_bytes < facts.virtual_size:
         wrong.append('%d bytes reserved, not its virtual size %d' %
                      (facts.allocated_bytes, facts.virtual_size))
     if not wrong:
@@ -107,13 +108,13 @@ def verdict(opts, extra_specs, mode, facts, fs, path='the disk'):
     # reserves no data blocks, they come on top of what the plan needs
     # (its check would let the copy take the room the guest writes into).
     needed = plan.to_allocate
-    if not _reserves(plan):
+    if not reserves(plan):
         needed += facts.allocated_bytes
     if needed > fs.free_bytes:
         return Verdict(False, '%s; its replacement needs %d bytes free, %d '
                               'are' % (why, needed, fs.free_bytes),
                        plan=plan, refused=True, needed=needed)
-    if _reserves(plan) is False and mode in (Mode.SPACE, Mode.FULL):
+    if reserves(plan) is False and mode in (Mode.SPACE, Mode.FULL):
         # fallocate_unsupported = warn on this filesystem: the new disk
         # would not reserve either; its layout alone is worth a copy.
         why += ' (%s)' % plan.warning if plan.warning else ''

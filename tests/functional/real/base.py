@@ -83,6 +83,9 @@ CONSOLE_TIMEOUT = 90
 LIBVIRT_STATE_DIR = os.environ.get('PREALLOC_LIBVIRT_STATE_DIR',
                                    '/var/lib/prealloc-backend/libvirt-state')
 TIER_LOCK = 'real-tier.lock'
+# Seconds a test waits for it at most (the longest test of the tier takes
+# about 170 s).
+TIER_LOCK_WAIT = 600
 
 # NOTE(nova): nova's test base poisons these for every test
 # (GenericPoisonFixture, SysFsPoisonFixture) so that unit tests cannot read the
@@ -142,15 +145,42 @@ def _tier_lock(exclusive):
         return None
     fd = os.open(os.path.join(LIBVIRT_STATE_DIR, TIER_LOCK),
                  os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-    return fd
+    # Bounded: a test of the other worker stuck in a libvirt call must
+    # not hang this one until tox's timeout, unexplained.
+    deadline = time.monotonic() + TIER_LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) |
+                        fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise AssertionError(
+                    'the real tier\'s lock (%s) was held by another test for '
+                    '%d s' % (TIER_LOCK, TIER_LOCK_WAIT))
+            time.sleep(0.5)
+
+
+def hold_tier_lock(test, exclusive=False):
+    """_tier_lock for ``test``, released when it ends (a test of the tier
+    that uses libvirtd without RealHypervisorTestCase takes it too).
+    """
+    lock = _tier_lock(exclusive)
+    if lock is not None:
+        test.addCleanup(os.close, lock)
 
 
 def _close_quietly(conn):
     try:
         conn.close()
-    except libvirt.libvirtError:
+    except Exception:
         pass   # closed already, or its libvirtd gone
+
+
+def _libvirtd_pids():
+    return {p.pid for p in psutil.process_iter(['name'])
+            if p.info['name'] == 'libvirtd'}
 
 
 def _our_libvirtd():
@@ -233,9 +263,7 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
         require_environment(self)
         # Before nova's test base starts the test's timeout: the wait for
         # the lock is not the test's time.
-        lock = _tier_lock(self.RESTARTS_LIBVIRTD)
-        if lock is not None:
-            self.addCleanup(os.close, lock)
+        hold_tier_lock(self, self.RESTARTS_LIBVIRTD)
         self._server_ids = set()
         if self.INSTANCES_FS:
             # A filesystem of its own (kind, MiB) for a test about room.
@@ -503,6 +531,7 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
         how, pid = _our_libvirtd()
         if how is None:
             self.skipTest(pid)
+        before = _libvirtd_pids()
         if how == 'systemd':
             subprocess.run(['systemctl', 'restart', 'libvirtd.service'],
                            check=True, timeout=120)
@@ -531,8 +560,12 @@ class RealHypervisorTestCase(integrated_helpers._IntegratedTestBase):
                     self.fail('libvirtd does not answer within 90 s of its '
                               'restart: %s' % exc)
                 time.sleep(0.5)
-        # The old one is dead: closed, whoever holds it.
-        _close_quietly(self.conn)
+        # Another libvirtd answers, and the connections opened before (the
+        # command's among them: left for it to find dead) are dead.
+        self.assertTrue(before and not before & _libvirtd_pids(),
+                        (before, _libvirtd_pids()))
+        self.assertRaises(libvirt.libvirtError, self.conn.getLibVersion)
+        self.addCleanup(_close_quietly, self.conn)
         self.conn = conn
 
     def libvirtd_restart_problem(self):

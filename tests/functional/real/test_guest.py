@@ -34,6 +34,8 @@ class TestGuestRunners(tests_base.TestCase):
     def setUp(self):
         super().setUp()
         base.require_environment(self)
+        # test_libvirt's guest runs under the tier's libvirtd.
+        base.hold_tier_lock(self)
         self.guest = pb_guest.build_guest()
         workdir = self.useFixture(fixtures.TempDir()).path
         # A base whose first MiBs hold data, under a qcow2 overlay as nova

@@ -376,3 +376,47 @@ class TestLibvirtdRestart(_DiskFiles):
         self.assertEqual(['disk', 'disk.prealloc-adopt',
                           'disk.prealloc-adopt-orig'], self.left())
         self.assertEqual('guest', self.read(self.orig))
+
+    def test_libvirt_back_without_the_domain_leaves_everything(self):
+        self.start()
+        dead = CopyingDomain(self.path, calls_left=2)
+        self.assertRaises(LostConnection, live.adopt_running,
+                          dead, 'vda', self.path, self.new,
+                          reconnect=lambda: None)
+        # recover would have had the journal alone, not QEMU's locks.
+        self.assertEqual(['disk', 'disk.prealloc-adopt',
+                          'disk.prealloc-adopt-orig'], self.left())
+
+    def pivoted(self):
+        # After the pivot: QEMU on the new file (at the disk's name), the
+        # guest paused by the adoption, the journal says pivoted.
+        self.write(self.orig, 'guest')
+        self.write(self.path, 'preallocated with the guest')
+        self.qemu_holds(self.path)
+        self.journal(live.PIVOTED, paused=True)
+
+    def test_resume_lost_after_the_pivot_is_done_through_a_new_one(self):
+        self.pivoted()
+        dead = CopyingDomain(self.path, calls_left=0)
+        fresh = self.domain(paused=True)
+        domain, running = live._resume_after_loss(
+            dead, self.path, lambda: fresh, LostConnection('gone'))
+        self.assertIs(fresh, domain)
+        self.assertTrue(running)
+        self.assertEqual([('resume',)], fresh.calls)
+        self.assertEqual(['disk'], self.left())
+
+    def test_resume_lost_and_libvirtd_not_back_says_paused(self):
+        self.pivoted()
+        dead = CopyingDomain(self.path, calls_left=0)
+
+        def reconnect():
+            raise exception.PreallocError(reason='did not answer again')
+
+        exc = self.assertRaises(live.AdoptionFailed, live._resume_after_loss,
+                                dead, self.path, reconnect,
+                                LostConnection('gone'))
+        self.assertIn('stays PAUSED', str(exc))
+        # Everything stays for the next run (or nova-compute's start).
+        self.assertEqual(['disk', 'disk.prealloc-adopt',
+                          'disk.prealloc-adopt-orig'], self.left())

@@ -192,3 +192,20 @@ class TestConnection(base.TestCase):
         self.assertRaisesRegex(exception.PreallocError,
                                'did not answer again within 0 s',
                                wrapped.get)
+
+    def test_given_up_once_fails_at_once_after(self):
+        conn = FlakyConn()
+        tries = []
+
+        def opener(uri):
+            tries.append(uri)
+            raise RuntimeError('Failed to connect socket')
+
+        wrapped = recovery.Connection(conn, opener=opener, timeout=0)
+        conn.dead = True
+        self.assertRaises(exception.PreallocError, wrapped.get)
+        self.assertTrue(wrapped.gone)
+        n = len(tries)
+        self.assertRaisesRegex(exception.PreallocError, 'did not answer',
+                               wrapped.get)
+        self.assertEqual(n, len(tries))

@@ -171,3 +171,36 @@ class TestCreateOverlay(base.TestCase):
             units.Mi, '/x,y', 'raw', _Layout())
         self.assertIn("'/x,y'", str(exc))
         self.assertFalse(os.path.exists(path))
+
+
+class TestZeroedWithoutCluster(base.TestCase):
+    """Ranges of a preallocated overlay that read as zeros with no host
+    cluster of their own: written as zeros with unmap (what QEMU 7.2's
+    block copy does with a guest's zeroed ranges), as against without
+    (the cluster kept). Real qemu-img and qemu-io.
+    """
+
+    def setUp(self):
+        super().setUp()
+        d = self.useFixture(fixtures.TempDir()).path
+        backing = os.path.join(d, 'base.raw')
+        with open(backing, 'wb') as f:
+            f.truncate(16 * units.Mi)
+        self.path = os.path.join(d, 'disk')
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-F',
+                        'raw', '-b', backing, '-o',
+                        'preallocation=falloc,extended_l2=on,'
+                        'cluster_size=128k', self.path, str(16 * units.Mi)],
+                       check=True)
+
+    def qemu_io(self, command):
+        subprocess.run(['qemu-io', '-f', 'qcow2', '-c', command, self.path],
+                       check=True, capture_output=True)
+
+    def test_zeros_written_with_unmap_are_counted(self):
+        self.assertEqual(0, qemu.zeroed_without_cluster(self.path))
+        self.qemu_io('write -z 1M 1M')
+        self.qemu_io('write -P 7 4M 1M')
+        self.assertEqual(0, qemu.zeroed_without_cluster(self.path))
+        self.qemu_io('write -z -u 8M 2M')
+        self.assertEqual(2 * units.Mi, qemu.zeroed_without_cluster(self.path))
