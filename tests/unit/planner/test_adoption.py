@@ -110,3 +110,42 @@ class TestVerdict(base.TestCase):
                                 free_bytes=fs.free_bytes - first.needed)
         self.assertTrue(self.verdict(Mode.METADATA, facts=data,
                                      fs=left).refused)
+
+    def test_cluster_size_alone_is_reason_enough(self):
+        # Extended_l2 and the reservation right, the clusters nova's: the
+        # table layout is what the plugin makes, so it is adopted.
+        right = self.plugin_made(Mode.SPACE, units.Gi + units.Mi)
+        facts = adoption.OverlayFacts(units.Gi, 64 * units.Ki,
+                                      right.extended_l2, units.Gi + units.Mi)
+        v = self.verdict(Mode.SPACE, facts=facts)
+        self.assertTrue(v.adopt, v)
+        self.assertEqual('mode space: cluster_size 65536, not %d'
+                         % right.cluster_size, v.reason)
+
+    def test_room_is_enough_when_it_is_exactly_what_is_needed(self):
+        needed = self.verdict(Mode.SPACE).plan.to_allocate
+        exact = diskplan.FsFacts(True, 'xfs', free_bytes=needed)
+        self.assertTrue(self.verdict(Mode.SPACE, fs=exact).adopt)
+        short = diskplan.FsFacts(True, 'xfs', free_bytes=needed - 1)
+        self.assertTrue(self.verdict(Mode.SPACE, fs=short).refused)
+
+    def test_no_fallocate_says_the_new_disk_does_not_reserve_either(self):
+        self.flags(fallocate_unsupported='warn', group='prealloc_backend')
+        fs = diskplan.FsFacts(False, 'nfs', free_bytes=units.Pi)
+        v = self.verdict(Mode.SPACE, fs=fs)
+        self.assertTrue(v.adopt)
+        self.assertEqual(P.METADATA, v.plan.preallocation)
+        self.assertIn('fallocate_unsupported=warn', v.reason)
+
+
+class TestNovaDiskNames(base.TestCase):
+
+    def test_only_the_disks_nova_makes_from_its_image_cache(self):
+        for name in ('disk', 'disk.local', 'disk.swap', 'disk.eph0',
+                     'disk.eph12'):
+            self.assertTrue(adoption.is_nova_disk(name), name)
+        # The config drive, the rescue disk, nova's disk.info, a copy.
+        for name in ('disk.config', 'disk.rescue', 'disk.info',
+                     'disk.swap.bak', 'disk.local~', 'disks', 'console.log',
+                     'Disk', 'eph0'):
+            self.assertFalse(adoption.is_nova_disk(name), name)
