@@ -35,6 +35,11 @@ class NoDomain(Exception):
         return recovery.VIR_ERR_NO_DOMAIN
 
 
+class ConnectionLost(Exception):
+    def get_error_code(self):
+        return 38   # VIR_ERR_SYSTEM_ERROR
+
+
 class Conn:
     def __init__(self, domains):
         self.domains = domains
@@ -111,6 +116,20 @@ class TestRecovery(base.TestCase):
         # Left exactly as it was: another host's guest may run on it.
         self.assertTrue(os.path.exists(path + live.ORIG_SUFFIX))
         self.assertTrue(os.path.exists(live.journal_path(path)))
+
+    def test_a_libvirt_error_is_a_failure_not_another_hosts_domain(self):
+        path = self.disk('mine')
+        with open(path + live.NEW_SUFFIX, 'w'):
+            pass
+        conn = mock.Mock()
+        conn.lookupByUUIDString.side_effect = ConnectionLost('gone')
+        said, failed = [], []
+        recovery.recover_all(conn, self.top, said.append, failed.append)
+        self.assertEqual([], said)
+        self.assertEqual(1, len(failed))
+        self.assertIn('could not recover an interrupted adoption: gone',
+                      failed[0])
+        self.assertTrue(os.path.exists(path + live.NEW_SUFFIX))
 
     def test_stale_claims_cleared_unless_leftovers(self):
         self.disk('clean')
