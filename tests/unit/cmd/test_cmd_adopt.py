@@ -21,10 +21,13 @@ import io
 import os
 import subprocess
 import types
+from unittest import mock
 
 import fixtures
+from nova import exception as nova_exception
 from oslo_utils import units
 
+from prealloc_backend.adoption import recovery
 from prealloc_backend.cmd import adopt
 from prealloc_backend.planner import diskplan
 from tests import base
@@ -131,3 +134,68 @@ class TestRoomAcrossDisks(base.TestCase):
         self.assertIn('vda: would adopt', lines[0])
         self.assertIn('vdb: not adopted', lines[1])
         self.assertIn('bytes free', lines[1])
+
+class Instance:
+    """nova's Instance as _claim uses it: save() is the compare-and-swap
+    on task_state; refresh() reads what nova has now.
+    """
+
+    def __init__(self, task_state=None, fail=None, now=None):
+        self.uuid = 'uuid'
+        self.task_state = task_state
+        self.fail = fail
+        self.now = now
+        self.saved = []
+        self.refreshed = 0
+
+    def save(self, expected_task_state=None):
+        self.saved.append((self.task_state, expected_task_state))
+        if self.fail:
+            raise self.fail
+
+    def refresh(self):
+        self.refreshed += 1
+        if self.now is not None:
+            self.task_state = self.now
+
+
+class TestClaim(base.TestCase):
+
+    def test_claimed_only_if_nova_has_no_task_state(self):
+        inst = Instance()
+        self.assertTrue(adopt._claim(inst))
+        self.assertEqual([(adopt.TASK_STATE, [None])], inst.saved)
+        # Its host and state are checked from a read after the claim.
+        self.assertEqual(1, inst.refreshed)
+
+    def test_busy_instance_is_not_claimed_and_says_its_state(self):
+        busy = nova_exception.UnexpectedTaskStateError(
+            instance_uuid='uuid', expected=[None], actual='resize_prep')
+        inst = Instance(fail=busy, now='resize_prep')
+        self.assertFalse(adopt._claim(inst))
+        self.assertEqual('resize_prep', inst.task_state)
+
+    def test_deleted_instance_is_not_claimed(self):
+        gone = nova_exception.InstanceNotFound(instance_id='uuid')
+        self.assertFalse(adopt._claim(Instance(fail=gone)))
+
+
+class TestExitStatus(base.TestCase):
+
+    def test_highest_of_left_and_failed(self):
+        report = adopt.Report(io.StringIO())
+        self.assertEqual(0, report.status)
+        report.left('busy')
+        self.assertEqual(1, report.status)
+        report.failed('copy failed')
+        report.left('busy')
+        self.assertEqual(2, report.status)
+        self.assertEqual('busy\ncopy failed\nbusy\n', report.out.getvalue())
+
+    def test_another_adopt_running_is_an_error_of_the_command(self):
+        args = argparse.Namespace(verbose=False)
+        with mock.patch.object(adopt, '_run', side_effect=(
+                recovery.AlreadyRunning('locked'))), \
+                mock.patch('sys.stdout', new_callable=io.StringIO) as out:
+            self.assertEqual(255, adopt.run(args))
+        self.assertEqual('Error: locked\n', out.getvalue())
