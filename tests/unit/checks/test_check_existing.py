@@ -93,6 +93,38 @@ class TestExistingDisks(base.CheckTestCase):
         res = self.check(mode='space')
         self.assertEqual(['a/disk'], res.facts['disks'])
 
+    def test_blocks_the_file_holds_are_not_reserved_again(self):
+        path = self.overlay('a')
+        small = self.check(mode='space').facts['would_reserve_bytes']
+        # The guest wrote 512 MiB (blocks past the header the check reads).
+        before = os.stat(path).st_blocks * 512
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.posix_fallocate(fd, units.Mi, 512 * units.Mi)
+        finally:
+            os.close(fd)
+        grown = os.stat(path).st_blocks * 512 - before
+        self.assertGreaterEqual(grown, 512 * units.Mi)
+        res = self.check(mode='space')
+        self.assertEqual(['a/disk'], res.facts['disks'])
+        self.assertEqual(small - grown, res.facts['would_reserve_bytes'])
+
+    def test_qcow2_without_backing_file_is_not_counted(self):
+        # adopt rewrites overlays of nova's image cache only.
+        self.overlay('a')
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2',
+                        os.path.join(self.instances, 'a', 'disk.local'),
+                        '1G'], check=True)
+        res = self.check(mode='space')
+        self.assertEqual(['a/disk'], res.facts['disks'])
+
+    def test_leftovers_of_an_ephemeral_disk_are_not_disks(self):
+        path = self.overlay('a', 'disk.eph0')
+        os.link(path, path + '.prealloc-adopt-orig')
+        os.link(path, path + '.prealloc-adopt-new')
+        res = self.check(mode='space')
+        self.assertEqual(['a/disk.eph0'], res.facts['disks'])
+
     def test_instances_path_swapped_for_a_symlink_is_not_read(self):
         self.overlay('a')
         host = self.check_host(self.nova_conf(mode='space'))
