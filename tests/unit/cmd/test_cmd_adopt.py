@@ -180,6 +180,43 @@ class TestClaim(base.TestCase):
         self.assertFalse(adopt._claim(Instance(fail=gone)))
 
 
+class NoDomain(Exception):
+    def get_error_code(self):
+        return recovery.VIR_ERR_NO_DOMAIN
+
+
+class TestInstancesLeftAlone(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.flags(host='h1')
+        self.conn = mock.Mock()
+        # Were it asked: no domain, which would also leave it alone.
+        self.conn.lookupByUUIDString.side_effect = NoDomain()
+
+    def left(self, host='h1', task_state=None, vm_state='active'):
+        inst = Instance(task_state)
+        inst.host = host
+        inst.vm_state = vm_state
+        report = adopt.Report(io.StringIO())
+        adopt.adopt_instance(None, self.conn, inst, report)
+        self.assertEqual(1, report.status)
+        self.assertEqual([], inst.saved)
+        self.assertEqual([], self.conn.mock_calls)
+        return report.out.getvalue()
+
+    def test_another_hosts_instance(self):
+        self.assertIn('on host h2, not this one (h1)', self.left(host='h2'))
+
+    def test_busy_instance(self):
+        self.assertIn('task_state resize_prep: busy',
+                      self.left(task_state='resize_prep'))
+
+    def test_neither_active_nor_stopped(self):
+        self.assertIn('vm_state paused: only active and stopped',
+                      self.left(vm_state='paused'))
+
+
 class TestExitStatus(base.TestCase):
 
     def test_highest_of_left_and_failed(self):
