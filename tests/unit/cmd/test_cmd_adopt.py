@@ -135,6 +135,7 @@ class TestRoomAcrossDisks(base.TestCase):
         self.assertIn('vdb: not adopted', lines[1])
         self.assertIn('bytes free', lines[1])
 
+
 class Instance:
     """nova's Instance as _claim uses it: save() is the compare-and-swap
     on task_state; refresh() reads what nova has now.
