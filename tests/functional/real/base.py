@@ -83,6 +83,7 @@ CONSOLE_TIMEOUT = 90
 LIBVIRT_STATE_DIR = os.environ.get('PREALLOC_LIBVIRT_STATE_DIR',
                                    '/var/lib/prealloc-backend/libvirt-state')
 TIER_LOCK = 'real-tier.lock'
+TIER_GATE = 'real-tier.gate'
 # Seconds a test waits for it at most (the longest test of the tier takes
 # about 170 s).
 TIER_LOCK_WAIT = 600
@@ -133,42 +134,68 @@ def environment_problem():
     return None
 
 
+def _flock(fd, how, deadline):
+    """flock(2) ``how`` on ``fd``, polled until ``deadline``."""
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    'the real tier\'s lock (%s) was held by other tests for '
+                    '%d s' % (TIER_LOCK, TIER_LOCK_WAIT))
+            time.sleep(0.2)
+
+
+def _open_lock(name):
+    return os.open(os.path.join(LIBVIRT_STATE_DIR, name),
+                   os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   0o600)
+
+
 def _tier_lock(exclusive):
     """The tier's lock on the libvirtd all its tests share (flock, in
     libvirt-up's state directory): shared by every test, exclusive for a
     test that restarts libvirtd (every other test's connection, and any
-    call it has in flight, would die with it). Its descriptor, or None
-    without that directory (a libvirtd libvirt-up did not start: no test
-    restarts it).
+    call it has in flight, would die with it). The descriptors to close,
+    or [] without that directory (a libvirtd libvirt-up did not start: no
+    test restarts it).
+
+    A gate before it makes the exclusive request win: the test that wants
+    it holds the gate while it waits (the other worker's test in progress
+    ends, and its next one waits at the gate), where the shared takers
+    only pass through it. Bounded: a test of the other worker stuck in a
+    libvirt call must not hang this one until tox's timeout, unexplained.
     """
     if not os.path.isdir(LIBVIRT_STATE_DIR):
-        return None
-    fd = os.open(os.path.join(LIBVIRT_STATE_DIR, TIER_LOCK),
-                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    # Bounded: a test of the other worker stuck in a libvirt call must
-    # not hang this one until tox's timeout, unexplained.
+        return []
     deadline = time.monotonic() + TIER_LOCK_WAIT
-    while True:
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) |
-                        fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(fd)
-                raise AssertionError(
-                    'the real tier\'s lock (%s) was held by another test for '
-                    '%d s' % (TIER_LOCK, TIER_LOCK_WAIT))
-            time.sleep(0.5)
+    gate = _open_lock(TIER_GATE)
+    held = [gate]
+    try:
+        _flock(gate, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH,
+               deadline)
+        lock = _open_lock(TIER_LOCK)
+        held.append(lock)
+        _flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH,
+               deadline)
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    if not exclusive:
+        os.close(gate)
+        held.remove(gate)
+    return held
 
 
 def hold_tier_lock(test, exclusive=False):
     """_tier_lock for ``test``, released when it ends (a test of the tier
     that uses libvirtd without RealHypervisorTestCase takes it too).
     """
-    lock = _tier_lock(exclusive)
-    if lock is not None:
-        test.addCleanup(os.close, lock)
+    for fd in _tier_lock(exclusive):
+        test.addCleanup(os.close, fd)
 
 
 def _close_quietly(conn):
