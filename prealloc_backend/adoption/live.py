@@ -23,7 +23,13 @@ preallocation of the disk's plan. Then, with a journal beside the disk
    libvirt's and nova's records name the disk's path, unchanged throughout.
 2. A shallow block copy (``virDomainBlockCopy``, SHALLOW | REUSE_EXT |
    TRANSIENT_JOB) mirrors the guest's own clusters onto the new overlay,
-   at ``bandwidth`` when given; every guest write meanwhile reaches both.
+   at ``bandwidth`` when given; every guest write meanwhile is copied too.
+   A copy that does not come into step is given up and undone (the guest
+   stays on its original disk): when the bytes left to copy make no new
+   low for ``CopyLimits.stall`` seconds, or the copy runs past its bound
+   (the stall time plus COPY_FACTOR times what it had to copy at its
+   start, over its rate), as a guest writing faster than the rate makes
+   it.
 3. Once the copy is in step: the journal says the guest is paused (before
    it is), the copy's rate limit is lifted, the guest is paused (QEMU
    flushes the original file), the copy waited for until nothing is left,
@@ -108,6 +114,18 @@ POLL = 0.2
 # before the adoption gives up (and resumes the guest on its original
 # disk).
 SETTLE_TIMEOUT = 30
+# Seconds the bytes left to copy may go without a new low before the copy
+# is given up (a guest writing faster than the copy's rate keeps it from
+# coming into step): the default of ``adopt --stall-timeout``.
+STALL_TIMEOUT = 120
+# The copy's bound: STALL_TIMEOUT plus COPY_FACTOR times what it had to
+# copy when it started over its rate (``--max-rate``, else MIN_RATE).
+COPY_FACTOR = 4
+MIN_RATE = 2 ** 20
+# Bytes a copy in step may still have to copy when the guest is paused
+# for the pivot (copied then, unthrottled: milliseconds): a busy guest
+# seldom leaves the copy with nothing at all left at the moment it looks.
+READY_SLACK = 2 ** 20
 
 
 class Cancelled(Exception):
@@ -118,6 +136,35 @@ class AdoptionFailed(Exception):
     """The copy failed or could not start; the guest is on its original
     disk, whole, and nothing is left over.
     """
+
+
+class NotConverging(AdoptionFailed):
+    """The copy did not come into step within its bounds (the guest writes
+    faster than the copy's rate); it was undone: the guest is on its
+    original disk, whole, and nothing is left over.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyLimits:
+    """When a copy that does not come into step is given up.
+
+    ``stall``: seconds the bytes left to copy may go without a new low;
+    ``factor`` and ``rate`` (bytes/s, the copy's ``--max-rate``, else
+    MIN_RATE): the copy may run ``stall + factor * bytes to copy at its
+    start / rate`` seconds in all. ``clock`` is time.monotonic but in
+    tests.
+    """
+    stall: float = STALL_TIMEOUT
+    rate: int | None = None
+    factor: float = COPY_FACTOR
+    clock: object = time.monotonic
+
+    def bound(self, to_copy):
+        """Seconds the whole copy may take, ``to_copy`` bytes at its
+        start.
+        """
+        return self.stall + self.factor * to_copy / (self.rate or MIN_RATE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +267,14 @@ def disk_sources(domain):
     """{target dev: source file} of the domain's file disks, as libvirt
     has them now (its live XML).
     """
+    return {dev: path for dev, (path, _fmt) in disk_records(domain).items()}
+
+
+def disk_records(domain):
+    """{target dev: (source file, format)} of the domain's file disks, as
+    libvirt has them now (its live XML): the format is the disk's
+    ``<driver type>``, what nova told QEMU the file is (None without one).
+    """
     tree = etree.fromstring(domain.XMLDesc(0))
     found = {}
     for disk in tree.findall('./devices/disk'):
@@ -229,7 +284,10 @@ def disk_sources(domain):
         target = disk.find('target')
         if source is None or target is None or not source.get('file'):
             continue
-        found[target.get('dev')] = source.get('file')
+        driver = disk.find('driver')
+        found[target.get('dev')] = (
+            source.get('file'), driver.get('type') if driver is not None
+            else None)
     return found
 
 
@@ -298,12 +356,15 @@ def _inode(path):
 
 
 def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
-                  cancelled=lambda: False, reconnect=None):
+                  cancelled=lambda: False, reconnect=None, limits=None):
     """Put the guest of ``domain`` on ``new`` (make_target's) in place of
     the overlay at ``path`` (its disk ``dev``), as the module says.
     Returns the seconds the guest was paused. Raises Cancelled or
-    AdoptionFailed with the guest on its original disk and ``new`` gone,
-    or, past the pivot, AdoptionFailed saying what recover did.
+    AdoptionFailed with the guest on its original disk and ``new`` gone
+    (NotConverging when the copy did not come into step within
+    ``limits``, a CopyLimits: default STALL_TIMEOUT and the rate
+    ``bandwidth``), or, past the pivot, AdoptionFailed saying what recover
+    did.
 
     ``reconnect()``, when given, returns the domain again on a new
     connection (None when libvirt has it no more): the undo uses it when
@@ -311,6 +372,8 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
     guest and the copy ran on).
     """
     orig = path + ORIG_SUFFIX
+    if limits is None:
+        limits = CopyLimits(rate=bandwidth)
     why = None
     if os.path.lexists(orig) or os.path.lexists(journal_path(path)):
         why = ('a killed adoption left its files there; run prealloc-backend '
@@ -344,7 +407,7 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
         if _inode(path) != target:
             raise AdoptionFailed('%s was replaced when the copy started'
                                  % path)
-        _wait_ready(domain, dev, progress, cancelled)
+        _wait_ready(domain, dev, progress, cancelled, limits)
         paused = _pause_and_pivot(domain, dev, path)
     except BaseException as exc:
         try:
@@ -371,6 +434,10 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
             raise AdoptionFailed('%s: %s, after: %s' % (path, done, exc))
         if isinstance(exc, (Cancelled, KeyboardInterrupt)):
             raise
+        if isinstance(exc, NotConverging):
+            raise NotConverging('%s: %s; the copy was undone, the guest '
+                                'stays on its original disk%s'
+                                % (path, exc, resumed)) from exc
         if isinstance(exc, Exception):
             raise AdoptionFailed('%s: the copy failed, the guest stays on '
                                  'its original disk%s: %s' % (
@@ -462,7 +529,18 @@ def _quote(value):
     return saxutils.quoteattr(value)
 
 
-def _wait_ready(domain, dev, progress, cancelled):
+def _wait_ready(domain, dev, progress, cancelled, limits):
+    """Until the copy is in step with at most READY_SLACK bytes left (the
+    guest is then paused for its pivot). Raises NotConverging when the
+    bytes left have made no new low for ``limits.stall`` seconds, or the
+    copy has run
+    past ``limits.bound`` of what it had to copy at its start: a guest
+    writing faster than the copy's rate would keep it (and the host's
+    adopt lock, and ``--all``'s next instances) waiting for ever.
+    """
+    clock = limits.clock
+    start = clock()
+    lowest, low_at, bound = None, start, None
     while True:
         if cancelled():
             raise Cancelled()
@@ -475,8 +553,28 @@ def _wait_ready(domain, dev, progress, cancelled):
         if progress:
             progress(Progress(dev, job['cur'], job['end'], ready))
         stopping.pause_point('adopt copying')
-        if ready and job['cur'] == job['end']:
+        if ready and job['end'] - job['cur'] <= READY_SLACK:
+            # In step: what is left is copied with the guest paused, the
+            # rate limit lifted (_pause_and_pivot).
             return
+        now = clock()
+        left = job['end'] - job['cur']
+        if bound is None:
+            bound = limits.bound(job['end'])
+        if lowest is None or left < lowest:
+            lowest, low_at = left, now
+        if now - low_at > limits.stall or now - start > bound:
+            rate = ('%.2f MiB/s' % (limits.rate / 2 ** 20) if limits.rate
+                    else 'no --max-rate')
+            raise NotConverging(
+                'the block copy of %s did not come into step: %s after '
+                '%d s, %.1f MiB still to copy (its lowest, %.1f MiB, %d s '
+                'ago; at %s): the guest writes faster than the copy; run '
+                'adopt again with a higher --max-rate or at a quieter time'
+                % (dev, 'its bound of %d s passed' % bound
+                   if now - start > bound else 'no progress for %d s'
+                   % limits.stall, now - start, left / 2 ** 20,
+                   lowest / 2 ** 20, now - low_at, rate))
         time.sleep(POLL)
 
 

@@ -42,10 +42,21 @@ After connecting to libvirtd and nova's message bus it becomes the owner of
 instances_path (the nova user): every file it makes, renames or removes,
 it does as that user, never as root.
 
+Only disks that nova's records say are qcow2 overlays are adopted: nova's
+disk.info and the domain's ``<driver type>`` both qcow2, the header (read
+within a fixed prefix) agreeing, the virtual size libvirt's, the flavor's
+where it gives one (recorded_overlay: a raw disk's guest can write a
+qcow2 header). A running guest's copy that does not come into step within
+its bounds (``--stall-timeout``, live.CopyLimits) is undone.
+
 Exit status: 0 every disk asked about is at policy; 1 some were left as
-they were (refused for room, busy, paused); 2 an adoption failed (the guest
-on its original disk); 130 or 143 stopped by SIGINT or SIGTERM (the disk
-being copied left on its original); 255 an error of the command itself.
+they were (``--dry-run``: would be adopted; refused for room, busy, paused,
+not an overlay by nova's records, a copy that did not come into step); 2
+an adoption failed (the guest on its original disk); 130 or 143 stopped by
+SIGINT or SIGTERM before every disk was looked at (the disk being copied
+stays on its original, unless the signal came once its guest was paused
+for the pivot: the pivot completes and its line says adopted); 255 an
+error of the command itself.
 """
 
 import dataclasses
@@ -56,6 +67,8 @@ import signal
 import sys
 import time
 import traceback
+
+from oslo_utils import units
 
 from prealloc_backend.adoption import live
 from prealloc_backend.adoption import recovery
@@ -99,6 +112,14 @@ def add_arguments(parser):
                         help='Copy at most this many MiB/s per disk (a '
                              'running guest\'s block copy; default: '
                              'unlimited).')
+    parser.add_argument('--stall-timeout', type=_seconds, metavar='SECONDS',
+                        default=live.STALL_TIMEOUT,
+                        help='Give up (and undo) a running guest\'s copy '
+                             'when the bytes it has left to copy make no '
+                             'new low for this long (default %%(default)s); '
+                             'it is also given up past this plus %d times '
+                             'what it had to copy at its start over '
+                             '--max-rate.' % live.COPY_FACTOR)
     parser.add_argument('--verbose', action='store_true',
                         help='Print the log lines of the plugin and nova.')
 
@@ -117,6 +138,23 @@ def _rate(text):
             '--max-rate %r: a number of MiB/s, at least 1 byte/s and at '
             'most %d bytes/s' % (text, MAX_RATE))
     return int(value)
+
+
+# --stall-timeout's bounds, in seconds.
+MIN_STALL = 1
+MAX_STALL = 7 * 24 * 3600
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if not (math.isfinite(value) and MIN_STALL <= value <= MAX_STALL):
+        raise check_cmd.SizeError(
+            '--stall-timeout %r: a number of seconds from %d to %d'
+            % (text, MIN_STALL, MAX_STALL))
+    return value
 
 
 class Report:
@@ -144,30 +182,91 @@ def instance_dir(uuid):
 
 
 def candidate_disks(domain, uuid):
-    """[(dev, path)] of the domain's file disks nova made in the instance's
-    directory from its image cache (disk, disk.local, disk.eph*,
-    disk.swap).
+    """[(dev, path, format)] of the domain's file disks nova made in the
+    instance's directory from its image cache (disk, disk.local,
+    disk.eph*, disk.swap), with the format the domain gives QEMU (its
+    ``<driver type>``).
     """
     directory = os.path.realpath(instance_dir(uuid))
     found = []
-    for dev, path in sorted(live.disk_sources(domain).items()):
+    for dev, (path, fmt) in sorted(live.disk_records(domain).items()):
         name = os.path.basename(path)
         if os.path.dirname(os.path.realpath(path)) != directory:
             continue
         if adoption.is_nova_disk(name):
-            found.append((dev, path))
+            found.append((dev, path, fmt))
     return found
 
 
-def overlay_facts(path):
-    """(Checked, OverlayFacts) of the overlay at ``path``, checked as the
-    plugin checks every disk it opens (formats.check_qcow2_disk).
+class NotRecordedOverlay(Exception):
+    """nova's and libvirt's records do not make the disk a qcow2 overlay
+    of the size they give it: it is left as it is.
     """
+
+
+def flavor_size(flavor, name):
+    """The size in bytes the flavor gives nova's disk ``name`` (disk:
+    root_gb, disk.local: ephemeral_gb, disk.swap: swap MiB), None where
+    it gives none (a root disk of root_gb 0 takes its image's size; the
+    disk.eph* of block device mappings have sizes of their own).
+    """
+    size = {'disk': ('root_gb', units.Gi),
+            'disk.local': ('ephemeral_gb', units.Gi),
+            'disk.swap': ('swap', units.Mi)}.get(name)
+    if size is None:
+        return None
+    value = getattr(flavor, size[0], None) or 0
+    return value * size[1] if value > 0 else None
+
+
+def recorded_overlay(domain, dev, path, domain_fmt, flavor):
+    """(Checked, OverlayFacts) of the overlay at ``path``, the domain's
+    disk ``dev`` which the domain gives QEMU as ``domain_fmt``, from
+    nova's and libvirt's records, never from its header alone.
+
+    NOTE: a disk's format comes from nova's records: a raw disk's first
+    bytes are its guest's, who can write there a qcow2 header naming a
+    file of the image cache (``../_base/swap_64``) as its backing file and
+    any virtual size. Such a disk, rewritten as the overlay its header
+    describes, would lose its data. So nova's disk.info and the domain's
+    ``<driver type>`` must both say qcow2; the header, read within
+    formats.HEADER_PREFIX, is only checked against them; the virtual size
+    is libvirt's (its block info: QEMU's own for a running guest) and must
+    be the flavor's where the flavor gives one and the header's; the disk
+    is then checked as the plugin checks every qcow2 disk it opens
+    (formats.check_qcow2_disk). Anything else raises NotRecordedOverlay,
+    naming the disk and the records.
+    """
+    disk_info = os.path.join(os.path.dirname(path), 'disk.info')
+    recorded = formats.disk_info_format(disk_info, path)
+    if recorded != 'qcow2' or domain_fmt != 'qcow2':
+        if recorded == domain_fmt == 'raw':
+            what = 'a raw disk'
+        else:
+            what = 'not a qcow2 overlay by nova\'s records'
+        raise NotRecordedOverlay(
+            '%s: %s (%s says %s, the domain\'s <driver type> %s): adopt '
+            'rewrites qcow2 overlays only' % (
+                path, what, disk_info, recorded or 'nothing of it',
+                domain_fmt or 'is not given'))
+    header = formats.header_format(path)
+    if header != 'qcow2':
+        raise NotRecordedOverlay(
+            '%s: %s and the domain record qcow2, but its header says %s'
+            % (path, disk_info, header))
     checked = formats.check_qcow2_disk(path)
     info = checked.info
+    capacity = domain.blockInfo(dev)[0]
+    wanted = flavor_size(flavor, os.path.basename(path))
+    if info['virtual-size'] != capacity or wanted not in (None, capacity):
+        raise NotRecordedOverlay(
+            '%s: its sizes disagree: libvirt\'s block info says %d bytes, '
+            'its header %d%s' % (path, capacity, info['virtual-size'],
+                                 ', its flavor %d' % wanted if wanted
+                                 else ''))
     specific = info.get('format-specific', {}).get('data', {})
     facts = adoption.OverlayFacts(
-        virtual_size=info['virtual-size'],
+        virtual_size=capacity,
         cluster_size=info.get('cluster-size', 65536),
         extended_l2=bool(specific.get('extended-l2', False)),
         allocated_bytes=os.stat(path).st_blocks * 512)
@@ -215,7 +314,7 @@ def _progress_printer(report, uuid):
 
 
 def adopt_instance(context, conn, instance, report, dry_run=False,
-                   bandwidth=None, stop=None):
+                   bandwidth=None, stop=None, stall=live.STALL_TIMEOUT):
     """Adopt the disks of one nova Instance of this host."""
     from nova.compute import vm_states
     uuid = instance.uuid
@@ -243,14 +342,13 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
     # directory's filesystem): each replacement is judged against the room
     # the earlier ones leave.
     committed = 0
-    for dev, path in candidate_disks(domain, uuid):
+    for dev, path, domain_fmt in candidate_disks(domain, uuid):
         try:
-            checked, facts = overlay_facts(path)
-        except exception.PreallocError as exc:
-            report.left('instance %s %s: %s: left alone' % (uuid, dev, exc))
-            continue
+            checked, facts = recorded_overlay(domain, dev, path, domain_fmt,
+                                              instance.flavor)
         except Exception as exc:
-            report.left('instance %s %s: %s: left alone' % (uuid, dev, exc))
+            report.left('instance %s %s: %s: left as it is'
+                        % (uuid, dev, exc))
             continue
         if checked.backing is None:
             report.left('instance %s %s: %s has no backing file: left '
@@ -265,13 +363,17 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
         elif verdict.refused:
             report.left('instance %s %s: not adopted: %s'
                         % (uuid, dev, verdict.reason))
+        elif dry_run:
+            # Not at policy, and left so: exit status 1.
+            report.left('instance %s %s: would adopt %s (%s)'
+                        % (uuid, dev, path, verdict.reason))
+            committed += verdict.needed
         else:
             todo.append((dev, path, checked, facts, verdict))
             committed += verdict.needed
-            report.say('instance %s %s: %s %s (%s)'
-                       % (uuid, dev, 'would adopt' if dry_run else
-                          'adopting', path, verdict.reason))
-    if dry_run or not todo:
+            report.say('instance %s %s: adopting %s (%s)'
+                       % (uuid, dev, path, verdict.reason))
+    if not todo:
         return
     if not _claim(instance):
         report.left('instance %s: task_state %s: busy, left alone'
@@ -294,7 +396,8 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
                 raise stopping.Stopped(stop.signum)
             _adopt_disk(domain, running, uuid, dev, path, checked, facts,
                         verdict, report, bandwidth, stop,
-                        reconnect=lambda: conn.lookup(uuid))
+                        reconnect=lambda: conn.lookup(uuid),
+                        limits=live.CopyLimits(stall=stall, rate=bandwidth))
             # After a restart of libvirtd the next disk needs a live one.
             domain = conn.lookup(uuid)
             if domain is None:
@@ -311,7 +414,7 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
 
 
 def _adopt_disk(domain, running, uuid, dev, path, checked, facts, verdict,
-                report, bandwidth, stop, reconnect=None):
+                report, bandwidth, stop, reconnect=None, limits=None):
     before = facts.allocated_bytes
     plan = verdict.plan
     timeout = CONF.prealloc_backend.allocation_timeout or None
@@ -342,7 +445,11 @@ def _adopt_disk(domain, running, uuid, dev, path, checked, facts, verdict,
             domain, dev, path, new, bandwidth=bandwidth,
             progress=_progress_printer(report, uuid),
             cancelled=lambda: stop is not None and stop.requested,
-            reconnect=reconnect)
+            reconnect=reconnect, limits=limits)
+    except live.NotConverging as exc:
+        # Left as it was, for a known reason, as a busy instance is.
+        report.left('instance %s %s: not adopted: %s' % (uuid, dev, exc))
+        return
     except live.Cancelled:
         report.left('instance %s %s: cancelled: the guest stays on its '
                     'original disk' % (uuid, dev))
@@ -379,7 +486,7 @@ def _zeroed_note(path, plan):
 
 
 def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
-          stop=None, report=None):
+          stop=None, report=None, stall=live.STALL_TIMEOUT):
     """The command's work, with nova's objects and a libvirt connection
     ready (opened again when libvirtd restarts): returns the Report.
     """
@@ -398,6 +505,8 @@ def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
                                  report.say, report.failed)
             recovery.release_stale_claims(context, CONF.host,
                                           CONF.instances_path, report.say)
+            # nova-compute's start, waiting for this lock, need not.
+            recovery.mark_recovered(CONF.instances_path, CONF.host)
         if uuids:
             instances = []
             for uuid in uuids:
@@ -419,7 +528,7 @@ def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
             try:
                 adopt_instance(context, conn, instance, report,
                                dry_run=dry_run, bandwidth=bandwidth,
-                               stop=stop)
+                               stop=stop, stall=stall)
             except stopping.Stopped:
                 break
             except Exception as exc:
@@ -479,7 +588,7 @@ def _run(args):
     with stopping.on_signals() as stop:
         report = adopt(context, conn, uuids=args.instance,
                        dry_run=args.dry_run, bandwidth=args.max_rate,
-                       stop=stop)
+                       stop=stop, stall=args.stall_timeout)
     if stop.requested:
         return stopping.exit_status(stop.signum)
     return report.status

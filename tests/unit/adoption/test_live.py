@@ -420,3 +420,123 @@ class TestLibvirtdRestart(_DiskFiles):
         # Everything stays for the next run (or nova-compute's start).
         self.assertEqual(['disk', 'disk.prealloc-adopt',
                           'disk.prealloc-adopt-orig'], self.left())
+
+
+class Clock:
+    """A clock the test moves: ``step`` seconds per reading."""
+
+    def __init__(self, step):
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self):
+        self.now += self.step
+        return self.now
+
+
+class BusyDomain(FakeDomain):
+    """A running guest's copy whose bytes left follow ``left(n)`` at the
+    n-th look (a guest writing faster than the copy's rate: they never
+    reach a new low). Records the calls; the copy never comes into step.
+    """
+
+    def __init__(self, path, left):
+        super().__init__(path)
+        self.left = left
+        self.looks = 0
+
+    def blockCopy(self, dev, dest, params, flags):
+        self.calls.append(('copy', dev, dict(params)))
+        self.job = True
+
+    def blockJobInfo(self, dev, flags):
+        if not self.job:
+            return {}
+        self.looks += 1
+        if self.looks > 1000:
+            # A copy the adoption never gives up: fail, not hang.
+            raise AssertionError('still copying after 1000 looks')
+        total = 64 * 2 ** 20
+        return {'cur': total - self.left(self.looks), 'end': total}
+
+    def XMLDesc(self, flags):
+        return ("<domain><devices><disk type='file' device='disk'>"
+                "<driver type='qcow2'/><source file='%s'/><target dev='%s'/>"
+                "%s</disk></devices></domain>"
+                % (self.path, self.dev,
+                   "<mirror ready='no'/>" if self.job else ''))
+
+
+class TestCopyThatDoesNotConverge(_DiskFiles):
+    """A copy kept from coming into step ends within its bounds, undone:
+    the guest on its original disk, nothing left over. Real files and
+    image locks; the domain is a fake (see BusyDomain) and the clock the
+    test's.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.useFixture(fixtures.MockPatch('time.sleep'))
+        self.write(self.path, 'guest')
+        self.release = self.qemu_holds(self.path)
+        self.write(self.new, 'preallocated')
+
+    def adopt(self, domain, limits):
+        def abort(dev, flags):
+            domain.calls.append(('abort', dev, flags))
+            domain.job = False
+        domain.blockJobAbort = abort
+        return self.assertRaises(live.NotConverging, live.adopt_running,
+                                 domain, 'vda', self.path, self.new,
+                                 bandwidth=2 ** 20, limits=limits)
+
+    def assert_undone(self, domain):
+        self.assertEqual('guest', self.read(self.path))
+        self.assertEqual(['disk'], self.left())
+        # Aborted, never pivoted.
+        self.assertIn(('abort', 'vda', 0), domain.calls)
+        self.assertNotIn(('abort', 'vda', live.BLOCK_JOB_ABORT_PIVOT),
+                         domain.calls)
+
+    def test_no_new_low_for_the_stall_time(self):
+        # The bytes left grow: the guest writes faster than the rate.
+        domain = BusyDomain(self.path, lambda n: 2 ** 20 * (10 + n))
+        clock = Clock(step=1.0)
+        exc = self.adopt(domain, live.CopyLimits(stall=30, rate=2 ** 20,
+                                                 clock=clock))
+        self.assertIn('no progress for 30 s', str(exc))
+        self.assertIn('higher --max-rate or at a quieter time', str(exc))
+        self.assertIn('stays on its original disk', str(exc))
+        # Given up on the first look past the stall time, not later.
+        self.assertLess(clock.now, 40)
+        self.assert_undone(domain)
+
+    def test_past_its_bound(self):
+        # New lows at every look, too slowly ever to end: the bound (30 s
+        # + 4 x 64 MiB at 1 MiB/s = 286 s) ends it.
+        domain = BusyDomain(self.path, lambda n: 2 ** 26 - n)
+        clock = Clock(step=5.0)
+        limits = live.CopyLimits(stall=30, rate=2 ** 20, clock=clock)
+        self.assertEqual(30 + 4 * 64, limits.bound(2 ** 26))
+        exc = self.adopt(domain, limits)
+        self.assertIn('its bound of 286 s passed', str(exc))
+        self.assertLess(clock.now, 300)
+        self.assert_undone(domain)
+
+    def test_a_copy_that_converges_is_not_given_up(self):
+        # The same stall time: the copy is in step (ready) after 20 looks,
+        # 20 s, with the guest's last 4 KiB left at every look after (a
+        # busy guest): copied once it is paused.
+        domain = BusyDomain(self.path,
+                            lambda n: max(4096, 2 ** 20 * (20 - n)))
+        domain.job = True
+        looks = []
+
+        def ready(dom, dev):
+            looks.append(True)
+            return True, domain.looks >= 20
+        self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.adoption.live._mirror_ready', ready))
+        live._wait_ready(domain, 'vda', None, lambda: False,
+                         live.CopyLimits(stall=30, clock=Clock(step=1.0)))
+        self.assertEqual(20, domain.looks)

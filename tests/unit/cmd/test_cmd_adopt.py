@@ -17,8 +17,11 @@ test_adopt.py.
 """
 
 import argparse
+import hashlib
 import io
+import json
 import os
+import signal
 import subprocess
 import types
 from unittest import mock
@@ -30,11 +33,13 @@ from oslo_utils import units
 from prealloc_backend.adoption import recovery
 from prealloc_backend.cmd import adopt
 from prealloc_backend.planner import diskplan
+from prealloc_backend.system import fileops
+from prealloc_backend.system import stopping
 from tests import base
 
 XML = '''<domain><devices>
-  <disk type='file' device='disk'><source file='%(d)s/disk'/>
-    <target dev='vda'/></disk>
+  <disk type='file' device='disk'><driver name='qemu' type='qcow2'/>
+    <source file='%(d)s/disk'/><target dev='vda'/></disk>
   <disk type='file' device='disk'><source file='%(d)s/disk.eph0'/>
     <target dev='vdb'/></disk>
   <disk type='file' device='cdrom'><source file='%(d)s/disk.config'/>
@@ -49,11 +54,26 @@ XML = '''<domain><devices>
 
 
 class Domain:
-    def __init__(self, xml):
+    """libvirt's domain as adopt reads it: its XML, and its block info
+    (capacity, allocation, physical) per target dev.
+    """
+
+    def __init__(self, xml, capacity=None, active=False):
         self.xml = xml
+        self.capacity = capacity or {}
+        self.active = active
+        self.calls = []
 
     def XMLDesc(self, flags):
         return self.xml
+
+    def blockInfo(self, dev, flags=0):
+        self.calls.append(('blockInfo', dev))
+        return [self.capacity[dev], 0, 0]
+
+    def isActive(self):
+        self.calls.append(('isActive',))
+        return self.active
 
 
 class TestArguments(base.TestCase):
@@ -88,8 +108,9 @@ class TestCandidateDisks(base.TestCase):
         self.flags(instances_path=root)
         d = os.path.join(root, 'uuid')
         found = adopt.candidate_disks(Domain(XML % {'d': d}), 'uuid')
-        self.assertEqual([('vda', d + '/disk'), ('vdb', d + '/disk.eph0')],
-                         found)
+        # With the format the domain gives QEMU (<driver type>).
+        self.assertEqual([('vda', d + '/disk', 'qcow2'),
+                          ('vdb', d + '/disk.eph0', None)], found)
 
 
 class TestRoomAcrossDisks(base.TestCase):
@@ -113,12 +134,14 @@ class TestRoomAcrossDisks(base.TestCase):
             subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b',
                             base_file, '-F', 'raw', os.path.join(d, name),
                             str(units.Gi)], check=True)
+        record(d, disk='qcow2', **{'disk.eph0': 'qcow2'})
         xml = """<domain><devices>
-          <disk type='file' device='disk'><source file='%(d)s/disk'/>
-            <target dev='vda'/></disk>
-          <disk type='file' device='disk'><source file='%(d)s/disk.eph0'/>
-            <target dev='vdb'/></disk></devices></domain>""" % {'d': d}
-        domain = Domain(xml)
+          <disk type='file' device='disk'><driver type='qcow2'/>
+            <source file='%(d)s/disk'/><target dev='vda'/></disk>
+          <disk type='file' device='disk'><driver type='qcow2'/>
+            <source file='%(d)s/disk.eph0'/><target dev='vdb'/></disk>
+          </devices></domain>""" % {'d': d}
+        domain = Domain(xml, {'vda': units.Gi, 'vdb': units.Gi})
         conn = types.SimpleNamespace(lookup=lambda uuid: domain)
         instance = types.SimpleNamespace(
             uuid='uuid', host='h1', task_state=None, vm_state='active',
@@ -134,6 +157,166 @@ class TestRoomAcrossDisks(base.TestCase):
         self.assertIn('vda: would adopt', lines[0])
         self.assertIn('vdb: not adopted', lines[1])
         self.assertIn('bytes free', lines[1])
+
+
+def record(directory, **formats):
+    """nova's disk.info in ``directory``: {path: format} of its disks."""
+    with open(os.path.join(directory, 'disk.info'), 'w') as f:
+        json.dump({os.path.join(directory, name): fmt
+                   for name, fmt in formats.items()}, f)
+
+
+def sha256(path):
+    with open(path, 'rb') as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class _InstanceDir(base.TestCase):
+    """An instance directory in instances_path, nova's image cache beside
+    it, and what adopt reports.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.root = self.useFixture(fixtures.TempDir()).path
+        self.flags(instances_path=self.root, host='h1')
+        os.mkdir(os.path.join(self.root, '_base'))
+        # nova's swap base: a name a guest can guess.
+        self.swap_base = os.path.join(self.root, '_base', 'swap_64')
+        with open(self.swap_base, 'wb') as f:
+            f.truncate(64 * units.Mi)
+        self.dir = os.path.join(self.root, 'uuid')
+        os.mkdir(self.dir)
+        self.disk = os.path.join(self.dir, 'disk')
+        self.report = adopt.Report(out=io.StringIO())
+
+    def guest_wrote_a_header(self, size=64 * units.Mi):
+        """A raw disk of ``size`` bytes of its guest's data, whose first
+        bytes its guest made a qcow2 header naming ../_base/swap_64 as its
+        backing file, with a virtual size of 2 GiB.
+        """
+        with open(self.disk, 'wb') as f:
+            for i in range(size // units.Mi):
+                f.write(bytes([i % 251 + 1]) * units.Mi)
+        header = os.path.join(self.root, 'header.qcow2')
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b',
+                        '../_base/swap_64', '-F', 'raw', '-u', header,
+                        str(2 * units.Gi)], check=True)
+        with open(header, 'rb') as src, open(self.disk, 'r+b') as dst:
+            dst.write(src.read(65536))
+        os.unlink(header)
+
+    def overlay(self, size=units.Gi):
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b',
+                        self.swap_base, '-F', 'raw', self.disk, str(size)],
+                       check=True)
+
+    def domain(self, fmt, capacity, active=False):
+        xml = ("<domain><devices><disk type='file' device='disk'>"
+               "<driver name='qemu' type='%s'/><source file='%s'/>"
+               "<target dev='vda'/></disk></devices></domain>"
+               % (fmt, self.disk))
+        return Domain(xml, {'vda': capacity}, active=active)
+
+    def adopt(self, domain, mode='space', dry_run=False, root_gb=0,
+              vm_state='stopped'):
+        self.flags(group='prealloc_backend', mode=mode)
+        conn = types.SimpleNamespace(lookup=lambda uuid: domain)
+        inst = Instance()
+        inst.host = 'h1'
+        inst.vm_state = vm_state
+        inst.flavor = types.SimpleNamespace(extra_specs={}, root_gb=root_gb,
+                                            ephemeral_gb=0, swap=0)
+        adopt.adopt_instance(None, conn, inst, self.report, dry_run=dry_run)
+        self.claims = inst.saved
+        return self.report.out.getvalue()
+
+    def assert_left_alone(self, before):
+        self.assertEqual(1, self.report.status)
+        self.assertEqual([], self.claims)
+        self.assertEqual(before, sha256(self.disk))
+        self.assertEqual(['disk', 'disk.info'], sorted(os.listdir(self.dir)))
+
+
+class TestNovaRecordsDecide(_InstanceDir):
+    """adopt acts only on disks nova's records say are qcow2 overlays:
+    disk.info and the domain's <driver type> both qcow2, the header agreeing
+    with them, the virtual size libvirt's and the flavor's. Real files and
+    real qemu-img; the domain and the instance are stand-ins (no libvirtd
+    or nova services in this tier; tests/functional/real/test_adopt.py
+    has a real guest's raw disk refused).
+    """
+
+    def test_raw_disk_with_a_guest_written_header_is_refused(self):
+        # Offline (stopped) and live (active: the refusal comes before any
+        # libvirt call but the XML and the block info), each mode.
+        self.guest_wrote_a_header()
+        record(self.dir, disk='raw')
+        before = sha256(self.disk)
+        for mode in ('metadata', 'space', 'full'):
+            for active, vm_state in ((False, 'stopped'), (True, 'active')):
+                self.report = adopt.Report(out=io.StringIO())
+                domain = self.domain('raw', 64 * units.Mi, active=active)
+                out = self.adopt(domain, mode=mode, vm_state=vm_state)
+                self.assertIn('%s: a raw disk (%s says raw, the domain\'s '
+                              '<driver type> raw): adopt rewrites qcow2 '
+                              'overlays only: left as it is'
+                              % (self.disk, os.path.join(self.dir,
+                                                         'disk.info')), out)
+                self.assert_left_alone(before)
+                self.assertEqual([], domain.calls)
+
+    def test_records_that_disagree_are_refused_naming_both(self):
+        self.guest_wrote_a_header()
+        before = sha256(self.disk)
+        for info_fmt, xml_fmt in (('qcow2', 'raw'), ('raw', 'qcow2'),
+                                  (None, 'qcow2')):
+            self.report = adopt.Report(out=io.StringIO())
+            if info_fmt:
+                record(self.dir, disk=info_fmt)
+            else:
+                os.unlink(os.path.join(self.dir, 'disk.info'))
+                record(self.dir)
+            out = self.adopt(self.domain(xml_fmt, 64 * units.Mi))
+            self.assertIn("not a qcow2 overlay by nova's records (%s says "
+                          "%s, the domain's <driver type> %s)"
+                          % (os.path.join(self.dir, 'disk.info'),
+                             info_fmt or 'nothing of it', xml_fmt), out)
+            self.assert_left_alone(before)
+
+    def test_header_that_disagrees_with_the_records_is_refused(self):
+        with open(self.disk, 'wb') as f:
+            f.write(b'\xaa' * units.Mi)
+        record(self.dir, disk='qcow2')
+        before = sha256(self.disk)
+        out = self.adopt(self.domain('qcow2', units.Mi))
+        self.assertIn('record qcow2, but its header says raw', out)
+        self.assert_left_alone(before)
+
+    def test_virtual_size_is_libvirts_and_the_flavors(self):
+        self.overlay(units.Gi)
+        record(self.dir, disk='qcow2')
+        before = sha256(self.disk)
+        # The header says 1 GiB, libvirt another size: refused.
+        out = self.adopt(self.domain('qcow2', 2 * units.Gi))
+        self.assertIn("its sizes disagree: libvirt's block info says %d "
+                      "bytes, its header %d" % (2 * units.Gi, units.Gi), out)
+        self.assert_left_alone(before)
+        # libvirt and the header agree, the flavor's root_gb does not.
+        self.report = adopt.Report(out=io.StringIO())
+        out = self.adopt(self.domain('qcow2', units.Gi), root_gb=2)
+        self.assertIn('its flavor %d' % (2 * units.Gi), out)
+        self.assert_left_alone(before)
+
+    def test_an_overlay_by_every_record_is_judged(self):
+        self.overlay(units.Gi)
+        record(self.dir, disk='qcow2')
+        out = self.adopt(self.domain('qcow2', units.Gi), root_gb=1,
+                         dry_run=True)
+        self.assertIn('vda: would adopt %s (mode space' % self.disk, out)
+        # --dry-run: a disk would be adopted, so it is not at policy: 1.
+        self.assertEqual(1, self.report.status)
+        self.assertEqual([], self.claims)
 
 
 class Instance:
@@ -237,3 +420,216 @@ class TestExitStatus(base.TestCase):
                 mock.patch('sys.stdout', new_callable=io.StringIO) as out:
             self.assertEqual(255, adopt.run(args))
         self.assertEqual('Error: locked\n', out.getvalue())
+
+
+class BusyGuestDomain(Domain):
+    """A running guest's domain whose block copy never comes into step
+    (its bytes left grow at each look: the guest writes faster than the
+    copy's rate). What QEMU would do with the files (hold the disk, close
+    the copy's target on the abort) is done on the real files.
+    """
+
+    def __init__(self, xml, capacity):
+        super().__init__(xml, capacity, active=True)
+        self.job = False
+        self.looks = 0
+
+    def info(self):
+        return [1]
+
+    def ID(self):
+        return 7
+
+    def state(self):
+        return [1, 1]
+
+    def connect(self):
+        return self
+
+    def getLibVersion(self):
+        return 9000000
+
+    def blockCopy(self, dev, dest, params, flags):
+        self.calls.append(('blockCopy', dev, dict(params)))
+        self.job = True
+
+    def blockJobInfo(self, dev, flags):
+        if not self.job:
+            return {}
+        self.looks += 1
+        return {'cur': 0, 'end': units.Mi * self.looks}
+
+    def blockJobAbort(self, dev, flags):
+        self.calls.append(('blockJobAbort', dev, flags))
+        self.job = False
+
+    def XMLDesc(self, flags):
+        if not self.job:
+            return self.xml
+        return self.xml.replace('</disk>', "<mirror ready='no'/></disk>", 1)
+
+
+class Conn:
+    def __init__(self, domains):
+        self.domains = domains
+
+    def getURI(self):
+        return 'test:///'
+
+    def getLibVersion(self):
+        return 9000000
+
+    def lookupByUUIDString(self, uuid):
+        return self.domains[uuid]
+
+
+class TestCopyThatDoesNotConverge(_InstanceDir):
+    """--all goes on after a running guest's copy that did not come into
+    step, undone: the guest on its original disk, its claim released.
+    Real overlays, qemu-img and image locks; the domains and nova's
+    instance list are stand-ins.
+    """
+
+    def instance(self, uuid, vm_state):
+        inst = Instance()
+        inst.uuid = uuid
+        inst.host = 'h1'
+        inst.vm_state = vm_state
+        inst.flavor = types.SimpleNamespace(extra_specs={}, root_gb=1,
+                                            ephemeral_gb=0, swap=0)
+        return inst
+
+    def test_all_goes_on_after_a_copy_given_up(self):
+        self.flags(group='prealloc_backend', mode='space')
+        self.overlay(units.Gi)
+        record(self.dir, disk='qcow2')
+        before = sha256(self.disk)
+        # QEMU's image lock on the disk it runs.
+        fd = os.open(self.disk, os.O_RDONLY)
+        self.addCleanup(os.close, fd)
+        fileops.ofd_lock_shared(fd, fileops.QEMU_WRITER_BYTE)
+        busy = BusyGuestDomain(self.domain('qcow2', units.Gi).xml,
+                               {'vda': units.Gi})
+        # A second instance, stopped, at policy already (mode none's
+        # flavor): looked at after the first.
+        other_dir = os.path.join(self.root, 'other')
+        os.mkdir(other_dir)
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b',
+                        self.swap_base, '-F', 'raw',
+                        os.path.join(other_dir, 'disk'), str(units.Gi)],
+                       check=True)
+        record(other_dir, disk='qcow2')
+        other = Domain(("<domain><devices><disk type='file' device='disk'>"
+                        "<driver type='qcow2'/><source file='%s/disk'/>"
+                        "<target dev='vda'/></disk></devices></domain>"
+                        % other_dir), {'vda': units.Gi})
+        first = self.instance('uuid', 'active')
+        second = self.instance('other', 'stopped')
+        second.flavor.extra_specs = {'prealloc:mode': 'none'}
+        with mock.patch('nova.objects.InstanceList.get_by_host',
+                        return_value=[first, second]):
+            report = adopt.adopt(None, Conn({'uuid': busy, 'other': other}),
+                                 bandwidth=units.Mi, stall=1,
+                                 report=self.report)
+        out = report.out.getvalue()
+        self.assertIn('instance uuid vda: not adopted: %s: the block copy '
+                      'of vda did not come into step: no progress for 1 s'
+                      % self.disk, out)
+        self.assertIn('the copy was undone, the guest stays on its '
+                      'original disk', out)
+        self.assertIn('instance other vda: mode none', out)
+        self.assertEqual(1, report.status)
+        # The claim taken, then given back.
+        self.assertEqual([(adopt.TASK_STATE, [None]),
+                          (None, [adopt.TASK_STATE])], first.saved)
+        self.assertIn(('blockJobAbort', 'vda', 0), busy.calls)
+        self.assertEqual(before, sha256(self.disk))
+        self.assertEqual(['disk', 'disk.info'], sorted(os.listdir(self.dir)))
+        # Not left holding the host's lock.
+        os.close(recovery.host_lock(self.root, 'h1'))
+
+
+class PivotingDomain(BusyGuestDomain):
+    """A running guest's domain whose copy comes into step at once; while
+    the adoption has it paused for the pivot, SIGINT comes (``stop`` is
+    requested). At the pivot it does what QEMU does with the files: it
+    takes its image lock on the new file and drops the original's.
+    """
+
+    def __init__(self, xml, capacity, path, held_fd, stop):
+        super().__init__(xml, capacity)
+        self.path = path
+        self.held = [held_fd]
+        self.stop = stop
+        self.paused = False
+
+    def info(self):
+        return [3 if self.paused else 1]
+
+    def state(self):
+        return [3, 1] if self.paused else [1, 1]
+
+    def blockJobInfo(self, dev, flags):
+        return {'cur': units.Mi, 'end': units.Mi} if self.job else {}
+
+    def XMLDesc(self, flags):
+        if not self.job:
+            return self.xml
+        return self.xml.replace('</disk>', "<mirror ready='yes'/></disk>", 1)
+
+    def blockJobSetSpeed(self, dev, bandwidth, flags):
+        self.calls.append(('blockJobSetSpeed', dev, bandwidth))
+
+    def suspend(self):
+        self.paused = True
+        self.stop.request(signal.SIGINT)
+
+    def resume(self):
+        self.calls.append(('resume',))
+        self.paused = False
+
+    def blockJobAbort(self, dev, flags):
+        self.calls.append(('blockJobAbort', dev, flags))
+        self.job = False
+        fd = os.open(self.path, os.O_RDONLY)
+        fileops.ofd_lock_shared(fd, fileops.QEMU_WRITER_BYTE)
+        os.close(self.held.pop())
+        self.held.append(fd)
+
+
+class TestCancelAfterThePivot(_InstanceDir):
+    """A SIGINT that comes once the copy is in step: the pivot completes,
+    the disk's line says adopted (the command then exits 130, as the cli
+    page says). Real files, qemu-img and image locks; the domain is a
+    stand-in.
+    """
+
+    def test_disk_reported_adopted(self):
+        self.flags(group='prealloc_backend', mode='space')
+        self.overlay(units.Gi)
+        record(self.dir, disk='qcow2')
+        fd = os.open(self.disk, os.O_RDONLY)
+        fileops.ofd_lock_shared(fd, fileops.QEMU_WRITER_BYTE)
+        stop = stopping.Stop()
+        domain = PivotingDomain(self.domain('qcow2', units.Gi).xml,
+                                {'vda': units.Gi}, self.disk, fd, stop)
+        self.addCleanup(lambda: [os.close(f) for f in domain.held])
+        inst = Instance()
+        inst.host = 'h1'
+        inst.vm_state = 'active'
+        inst.flavor = types.SimpleNamespace(extra_specs={}, root_gb=1,
+                                            ephemeral_gb=0, swap=0)
+        adopt.adopt_instance(None, types.SimpleNamespace(
+            lookup=lambda uuid: domain), inst, self.report, stop=stop)
+        out = self.report.out.getvalue()
+        self.assertTrue(stop.requested)
+        self.assertIn('instance uuid vda: adopted live', out)
+        self.assertNotIn('cancelled', out)
+        self.assertEqual(0, self.report.status)
+        self.assertIn(('blockJobAbort', 'vda', 2), domain.calls)
+        self.assertIn(('resume',), domain.calls)
+        self.assertEqual(['disk', 'disk.info'], sorted(os.listdir(self.dir)))
+        info = subprocess.run(['qemu-img', 'info', '--output=json', '-U',
+                               self.disk], capture_output=True, check=True)
+        self.assertTrue(json.loads(info.stdout)['format-specific']['data']
+                        ['extended-l2'])
