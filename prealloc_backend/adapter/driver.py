@@ -140,23 +140,26 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
     def _recover_adoptions(self, host):
         """Finish or undo what an interrupted ``prealloc-backend adopt``
         left (adoption.recovery), before nova starts any guest of this host
-        (resume_guests_state_on_host_boot would boot a disk's name while it
+        (init_host runs before nova's _init_instance, whose
+        resume_guests_state_on_host_boot would boot a disk's name while it
         names the half-made copy), and clear the task states it left.
-        Skipped while an adopt runs; never stops nova-compute.
+        While an adopt holds the host's lock, waits (recovery.RECOVERY_WAIT
+        at most) for it to end or to have recovered since this boot. Never
+        stops nova-compute.
         """
         path = CONF.instances_path
         try:
-            # Never created here: without it no adopt ever ran on this host.
-            lock = recovery.host_lock(path, host, create=False)
+            # None: no adopt ever ran on this host (the lock file is never
+            # created here), or a running one has recovered this boot.
+            lock = recovery.wait_to_recover(path, host,
+                                            timeout=recovery.RECOVERY_WAIT)
             if lock is None:
                 return
-        except recovery.AlreadyRunning:
-            LOG.info('prealloc_backend: an adopt runs: it recovers what an '
-                     'interrupted one left')
-            return
-        except OSError as exc:
-            LOG.warning('prealloc_backend: adoptions left unrecovered: %s',
-                        exc)
+        except (recovery.AlreadyRunning, OSError) as exc:
+            LOG.error('prealloc_backend: what an interrupted adoption left '
+                      'is not recovered (%s): nova may start a guest whose '
+                      'disk is a half-made copy; see prealloc-backend adopt '
+                      '--dry-run', exc)
             return
         try:
             if recovery.leftovers(path):
@@ -165,6 +168,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             # Also the claim of an adopt killed before it made any file.
             recovery.release_stale_claims(nova_context.get_admin_context(),
                                           host, path, LOG.info)
+            recovery.mark_recovered(path, host)
         except Exception:
             LOG.exception('prealloc_backend: recovering interrupted '
                           'adoptions failed')

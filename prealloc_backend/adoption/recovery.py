@@ -16,8 +16,15 @@ Shared by ``prealloc-backend adopt`` (first thing of every run) and
 nova-compute's start (the driver's init_host, before nova starts any guest
 of the host: after a power cut the disk's name must be the complete file
 before ``resume_guests_state_on_host_boot`` boots it). Both hold the host's
-adopt lock (``instances_path/.prealloc-adopt-<host>.lock``) meanwhile;
-nova-compute skips the recovery while an adopt runs.
+adopt lock (``instances_path/.prealloc-adopt-<host>.lock``) meanwhile.
+
+Whoever recovers records it, with the kernel's boot ID, in
+``.prealloc-adopt-<host>.recovered`` beside the lock. nova-compute's start
+waits (RECOVERY_WAIT at most) while an adopt holds the lock, until it can
+take the lock and recover itself or the record says this boot's recovery
+ran (an adopt recovers as soon as it holds the lock; ``--dry-run``
+recovers nothing and holds it for a moment): so that no guest is resumed
+from a half-made copy because an adopt timer took the lock first at boot.
 
 Only instances whose libvirt domain this host defines are recovered: with
 a shared instances_path the others are another host's.
@@ -32,6 +39,7 @@ from oslo_log import log as logging
 
 from prealloc_backend.adoption import live
 from prealloc_backend import exception
+from prealloc_backend.system import fileops
 
 LOG = logging.getLogger(__name__)
 
@@ -39,6 +47,11 @@ LOG = logging.getLogger(__name__)
 # free string; its API refuses actions in any task state but None).
 TASK_STATE = 'prealloc_adopting'
 LOCK_NAME = '.prealloc-adopt-%s.lock'
+RECOVERED_NAME = '.prealloc-adopt-%s.recovered'
+BOOT_ID = '/proc/sys/kernel/random/boot_id'
+# Seconds nova-compute's start waits, at most, for a running adopt to
+# have recovered (or to end).
+RECOVERY_WAIT = 300
 # libvirt's virErrorNumber for an unknown domain (by value: this module
 # imports without the libvirt python module).
 VIR_ERR_NO_DOMAIN = 42
@@ -58,6 +71,76 @@ def lock_path(instances_path, host):
     other.
     """
     return os.path.join(instances_path, LOCK_NAME % host.replace('/', '_'))
+
+
+def recovered_path(instances_path, host):
+    return os.path.join(instances_path,
+                        RECOVERED_NAME % host.replace('/', '_'))
+
+
+def boot_id():
+    """The kernel's ID of this boot."""
+    with open(BOOT_ID) as f:
+        return f.read().strip()
+
+
+def mark_recovered(instances_path, host):
+    """Record that this boot's recovery ran (the caller holds the lock)."""
+    fileops.write_file(recovered_path(instances_path, host), boot_id(),
+                       mode=0o600)
+
+
+def recovered_this_boot(instances_path, host):
+    """True when the record says a recovery ran since this boot."""
+    try:
+        fd = os.open(recovered_path(instances_path, host),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC |
+                     os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, 64).decode(errors='replace').strip() == boot_id()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def wait_to_recover(instances_path, host, timeout=RECOVERY_WAIT,
+                    clock=time.monotonic, sleep=time.sleep):
+    """For nova-compute's start: the host's adopt lock, once it is free
+    (its descriptor: the caller recovers, then closes it), or None when
+    there is nothing to wait for: no adopt ever ran on this host (no lock
+    file), or an adopt holding the lock has recovered since this boot.
+    Logs once that it waits. Raises AlreadyRunning when, after
+    ``timeout`` seconds, an adopt still holds the lock and this boot's
+    recovery has not run.
+    """
+    start = clock()
+    said = False
+    while True:
+        try:
+            return host_lock(instances_path, host, create=False)
+        except AlreadyRunning:
+            pass
+        if recovered_this_boot(instances_path, host):
+            LOG.info('prealloc_backend: a running prealloc-backend adopt '
+                     'has recovered what an interrupted adoption left '
+                     'since this boot')
+            return None
+        if clock() - start > timeout:
+            raise AlreadyRunning(
+                'a prealloc-backend adopt has held %s for %d s without '
+                'recovering since this boot'
+                % (lock_path(instances_path, host), timeout))
+        if not said:
+            LOG.warning('prealloc_backend: a prealloc-backend adopt holds '
+                        '%s: waiting up to %d s for it to recover what an '
+                        'interrupted adoption left (or to end) before nova '
+                        'starts any guest', lock_path(instances_path, host),
+                        timeout)
+            said = True
+        sleep(1)
 
 
 def host_lock(instances_path, host, create=True):

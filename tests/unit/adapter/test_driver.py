@@ -19,6 +19,10 @@ fresh Python each: tests/integration/test_driver_loading.py.
 import inspect
 import json
 import os
+import subprocess
+import sys
+import time
+from unittest import mock
 
 import fixtures
 from nova import exception as nova_exception
@@ -31,6 +35,8 @@ from oslo_utils import units
 from prealloc_backend.adapter import backend
 from prealloc_backend.adapter import driver
 from prealloc_backend.adapter import operation
+from prealloc_backend.adoption import live
+from prealloc_backend.adoption import recovery
 from prealloc_backend.disk import formats
 from prealloc_backend.disk import hostcaps
 from prealloc_backend import exception
@@ -263,3 +269,103 @@ class TestRecordConnection(base.TestCase):
     def test_failure_never_stops_nova_compute(self):
         self.record(self._Conn(0, 0, fail=True))
         self.assertIn('not asked', hostcaps.discard_no_unref().reason)
+
+
+# Holds the host's adopt lock, as a running adopt does (its own process),
+# for argv[2] seconds.
+LOCK_HOLDER = '''
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print('held', flush=True)
+time.sleep(float(sys.argv[2]))
+'''
+
+
+class InactiveDomain:
+    """The domain of a guest not running (the host has just booted)."""
+
+    def isActive(self):
+        return False
+
+    def ID(self):
+        return -1
+
+
+class TestRecoveryAtStart(base.TestCase):
+    """nova-compute's start recovers what an adoption a power cut
+    interrupted before nova starts any guest, also while an adopt holds
+    the host's lock (an adopt timer that took it first at boot). Real
+    files and a real flock held by another process; libvirt's connection
+    and nova's instance list are stand-ins (no libvirtd or database in this
+    tier).
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.top = self.useFixture(fixtures.TempDir()).path
+        self.flags(instances_path=self.top)
+        d = os.path.join(self.top, 'uuid')
+        os.mkdir(d)
+        self.disk = os.path.join(d, 'disk')
+        # Cut between the swap and the pivot: the disk's name is the
+        # half-made copy, the guest's disk beside it.
+        for path, text in ((self.disk, 'half-made copy'),
+                           (self.disk + live.ORIG_SUFFIX, 'guest')):
+            with open(path, 'w') as f:
+                f.write(text)
+        with open(live.journal_path(self.disk), 'w') as f:
+            json.dump({'phase': live.SWAPPED, 'dev': 'vda'}, f)
+        conn = mock.Mock()
+        conn.lookupByUUIDString.return_value = InactiveDomain()
+        self.driver = mock.Mock()
+        self.driver._host.get_connection.return_value = conn
+        self.useFixture(fixtures.MockPatch(
+            'nova.objects.InstanceList.get_by_host', return_value=[]))
+        self.log = self.useFixture(fixtures.FakeLogger(
+            name='prealloc_backend'))
+
+    def hold_lock(self, seconds):
+        proc = subprocess.Popen(
+            [sys.executable, '-c', LOCK_HOLDER,
+             recovery.lock_path(self.top, 'h1'), str(seconds)],
+            stdout=subprocess.PIPE, text=True)
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        self.assertEqual('held', proc.stdout.readline().strip())
+        return proc
+
+    def read_disk(self):
+        with open(self.disk) as f:
+            return f.read()
+
+    def test_waits_for_the_adopt_then_recovers(self):
+        proc = self.hold_lock(2)
+        driver.LibvirtDriver._recover_adoptions(self.driver, 'h1')
+        self.assertIsNotNone(proc.poll())
+        self.assertIn('waiting up to %d s' % recovery.RECOVERY_WAIT,
+                      self.log.output)
+        self.assertEqual('guest', self.read_disk())
+        self.assertEqual(['disk'], os.listdir(os.path.dirname(self.disk)))
+        self.assertTrue(recovery.recovered_this_boot(self.top, 'h1'))
+
+    def test_an_adopt_that_recovered_this_boot_is_not_waited_for(self):
+        self.hold_lock(60)
+        recovery.mark_recovered(self.top, 'h1')
+        started = time.monotonic()
+        driver.LibvirtDriver._recover_adoptions(self.driver, 'h1')
+        self.assertLess(time.monotonic() - started, 30)
+        self.assertIn('has recovered', self.log.output)
+        # Whatever is beside the disk is the running adopt's.
+        self.assertEqual('half-made copy', self.read_disk())
+
+    def test_a_record_of_another_boot_is_not_taken(self):
+        self.hold_lock(60)
+        with open(recovery.recovered_path(self.top, 'h1'), 'w') as f:
+            f.write('another boot')
+        self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.adoption.recovery.RECOVERY_WAIT', 1))
+        driver.LibvirtDriver._recover_adoptions(self.driver, 'h1')
+        self.assertIn('is not recovered', self.log.output)
+        self.assertIn('without recovering since this boot', self.log.output)
+        self.assertEqual('half-made copy', self.read_disk())
