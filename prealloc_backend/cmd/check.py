@@ -70,11 +70,15 @@ Kept of our own, each because an operator needs it:
 """
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import re
+import signal
 import sys
 import textwrap
+import threading
 import traceback
 
 from oslo_config import cfg
@@ -97,6 +101,18 @@ WIDTH = 60
 ERROR_EXIT = 255
 
 DEFAULT_DISK_SIZE = '1G'
+# Seconds the whole command may take, from its process's start: what an
+# operator's health probe allows.
+DEFAULT_TIMEOUT = 60
+MIN_TIMEOUT = 5
+MAX_TIMEOUT = 24 * 3600
+# Seconds before the deadline at which the checks are stopped (their
+# children killed), so that the table is printed by the deadline.
+STOP_AHEAD = 3
+# Seconds after the deadline at which, if the checks have not come back
+# from a stopped step, the report of what finished is printed from
+# another thread and the command exits.
+BACKSTOP_AFTER = 1
 
 
 class ConfigLoadError(Exception):
@@ -229,6 +245,10 @@ class HostChecks(Report):
         super().__init__()
         self.host = host
         self.stop = stop
+        # [(name, Result)] of the checks finished, and the one running:
+        # what the backstop prints if a step never comes back.
+        self.finished = []
+        self.running = None
 
     def _stopped(self):
         return self.stop is not None and self.stop.requested
@@ -238,7 +258,8 @@ class HostChecks(Report):
         errors (see the module's docstring).
         """
         if self._stopped():
-            return _not_run(self.stop, 'Not run')
+            return self._done(name, _not_run(self.stop, 'Not run'))
+        self.running = name
         stopping.pause_point('check ' + name)
         try:
             res = self._verdict(func)
@@ -248,7 +269,27 @@ class HostChecks(Report):
             res = None
         if self._stopped():
             res = _not_run(self.stop, 'Not finished')
+        return self._done(name, res)
+
+    def _done(self, name, res):
+        self.running = None
+        self.finished.append((name, res))
         return res
+
+    def so_far(self):
+        """[(name, Result)] of every check: the finished ones, the one
+        running as "Not finished", the others "Not run".
+        """
+        done = dict(self.finished)
+        out = []
+        for name, _func in self._upgrade_checks:
+            if name in done:
+                out.append((name, done[name]))
+            elif name == self.running:
+                out.append((name, _not_run(self.stop, 'Not finished')))
+            else:
+                out.append((name, _not_run(self.stop, 'Not run')))
+        return out
 
     def _invalid_label(self, exc):
         match = re.match(r'Value for option (\S+)', str(exc))
@@ -289,10 +330,29 @@ class HostChecks(Report):
 
 
 def _not_run(stop, what):
+    if stop.timed_out:
+        return result.failure(
+            '%s: the command reached %s (--timeout) %s.' % (
+                what, stop.cause,
+                'with this check unfinished; the processes it ran were '
+                'killed' if what == 'Not finished' else 'before it'),
+            'Find what stops or slows it (the processes it runs in '
+            'instances_path run as the nova user), or give --timeout '
+            'more.')
     return result.failure(
-        '%s: %s stopped the check.' % (what,
-                                       stopping.signal_name(stop.signum)),
+        '%s: %s stopped the check.' % (what, stop.cause),
         'Run prealloc-backend check again.')
+
+
+class Fixed(Report):
+    """A report of results already known (the backstop's)."""
+
+    def __init__(self, results):
+        super().__init__()
+        self._results = results
+        self._upgrade_checks = tuple(
+            (name, (lambda res: lambda self: res)(res))
+            for name, res in results)
 
 
 def render_json(results):
@@ -334,19 +394,44 @@ def add_arguments(parser):
              'what root runs. Default: the owner of instances_path (no '
              'symlink followed), else of [DEFAULT] state_path.')
     parser.add_argument(
+        '--timeout', default=DEFAULT_TIMEOUT, type=_timeout,
+        metavar='SECONDS',
+        help='The most the whole command may take, from its start '
+             '(default %d): the check running then, and what it runs, is '
+             'stopped and reported "Not finished", the checks after it "Not '
+             'run".' % DEFAULT_TIMEOUT)
+    parser.add_argument(
         '--verbose', action='store_true',
         help='Print the log lines of the plugin and nova on stderr.')
 
 
-def report(checked, as_json):
+def _timeout(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if not MIN_TIMEOUT <= value <= MAX_TIMEOUT:
+        raise SizeError('--timeout %r: a number of seconds from %d to %d'
+                        % (text, MIN_TIMEOUT, MAX_TIMEOUT))
+    return value
+
+
+def report(checked, as_json, printing=None):
     """Run ``checked``'s checks (a Report), print upgradecheck's table or
-    the JSON; the exit status.
+    the JSON (holding the lock ``printing`` if given); the exit status.
     """
-    if not as_json:
-        return int(checked.check())
-    results = checked.results()
-    print(render_json(results))
-    return int(max(r.code for _n, r in results))
+    return show(checked.results(), as_json, printing)
+
+
+def show(results, as_json, printing=None):
+    """Print the [(name, Result)] ``results`` as upgradecheck's table or
+    the JSON (holding ``printing``); the exit status.
+    """
+    with printing or contextlib.nullcontext():
+        if not as_json:
+            return int(Fixed(results).check())
+        print(render_json(results))
+        return int(max(r.code for _n, r in results))
 
 
 def _run(args):
@@ -360,8 +445,50 @@ def _run(args):
         conf, oslo_args(args.config_file, args.config_dir),
         args.disk_size, qemu_conf=args.qemu_conf, nova_user=args.nova_user)
     stopping.install_test_hooks()
-    with stopping.on_signals() as stop:
-        return report(HostChecks(host, stop), args.json)
+    left = args.timeout - stopping.seconds_since_start()
+    with stopping.on_signals(timeout=max(0, left - STOP_AHEAD)) as stop:
+        stop.timeout = args.timeout
+        checked = HostChecks(host, stop)
+        backstop = Backstop(checked, args.json, left + BACKSTOP_AFTER)
+        try:
+            return report(checked, args.json, backstop.printing)
+        finally:
+            backstop.cancel()
+
+
+class Backstop:
+    """The deadline's last resort: should the checks not come back from a
+    stopped step (a system call that does not end when the children it
+    waits for are killed), print the report of what finished, the running
+    check "Not finished", and exit 2 from another thread, at ``after``
+    seconds.
+    """
+
+    def __init__(self, checked, as_json, after):
+        self.checked = checked
+        self.as_json = as_json
+        # Held by whoever prints the report: one report, never two.
+        self.printing = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(after,),
+                                       name='check-backstop', daemon=True)
+        self.thread.start()
+
+    def _run(self, after):
+        if self.done.wait(max(0, after)):
+            return
+        if not self.printing.acquire(blocking=False):
+            return   # the checks came back: their report is printing
+        try:
+            self.checked.stop.timed_out = True
+            self.checked.stop.request(signal.SIGALRM)
+            show(self.checked.so_far(), self.as_json)
+            sys.stdout.flush()
+        finally:
+            os._exit(int(upgradecheck.Code.FAILURE))
+
+    def cancel(self):
+        self.done.set()
 
 
 def setup_logging(verbose):

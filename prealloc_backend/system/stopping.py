@@ -111,13 +111,28 @@ def exit_status(signum):
 
 class Stop:
     """A stop request: ``signum`` is the first signal received (None until
-    one comes).
+    one comes); SIGALRM with ``timed_out`` when on_signals()' deadline
+    passed first.
     """
 
     def __init__(self):
         self.signum = None
+        self.timed_out = False
+        # The deadline's length in seconds, for the messages.
+        self.timeout = None
         # PIDs the watcher killed, in order.
         self.killed = []
+
+    @property
+    def cause(self):
+        """What stopped the command, in words ('SIGTERM', 'its deadline of
+        60 s'); None when nothing did.
+        """
+        if self.signum is None:
+            return None
+        if self.timed_out:
+            return 'its deadline of %g s' % self.timeout
+        return signal_name(self.signum)
 
     @property
     def requested(self):
@@ -252,11 +267,29 @@ def reap_children(wait=REAP_WAIT):
     return pids
 
 
-def _watch(stop, read_fd, signals):
+def seconds_since_start():
+    """Seconds since this process started (its start time in /proc, the
+    kernel's: the interpreter's start and the imports included).
+    """
+    with open('/proc/self/stat') as f:
+        # After the command name, which may hold spaces and parentheses.
+        fields = f.read().rsplit(')', 1)[1].split()
+    with open('/proc/uptime') as f:
+        uptime = float(f.read().split()[0])
+    return uptime - int(fields[19]) / os.sysconf('SC_CLK_TCK')
+
+
+def _watch(stop, read_fd, signals, deadline=None):
     while True:
         # A short timeout also once the handler alone saw the signal.
-        ready, _, _ = select.select([read_fd], [], [],
-                                    POLL if stop.requested else 0.2)
+        wait = POLL if stop.requested else 0.2
+        if deadline is not None and not stop.requested:
+            wait = max(0, min(wait, deadline - time.monotonic()))
+        ready, _, _ = select.select([read_fd], [], [], wait)
+        if (deadline is not None and not stop.requested and
+                time.monotonic() >= deadline):
+            stop.timed_out = True
+            stop.request(signal.SIGALRM)
         quit = False
         if ready:
             try:
@@ -275,11 +308,13 @@ def _watch(stop, read_fd, signals):
 
 
 @contextlib.contextmanager
-def on_signals(signals=SIGNALS):
+def on_signals(signals=SIGNALS, timeout=None):
     """Within the context, SIGINT and SIGTERM (``signals``) request a stop
     instead of their usual effect; yields the Stop (see the module's
-    docstring). Enter it in the main thread, one at a time; the previous
-    handlers and wakeup fd are back after it.
+    docstring). With ``timeout`` (seconds from now), its end requests a
+    stop as a signal does (Stop.timed_out): the command's children are
+    killed whatever they do. Enter it in the main thread, one at a time;
+    the previous handlers and wakeup fd are back after it.
     """
     global _active
     if threading.current_thread() is not threading.main_thread():
@@ -287,6 +322,8 @@ def on_signals(signals=SIGNALS):
     if _active is not None:
         raise RuntimeError('on_signals() is already in force')
     stop = Stop()
+    stop.timeout = timeout
+    deadline = None if timeout is None else time.monotonic() + timeout
     read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     numbers = {int(s) for s in signals}
 
@@ -301,7 +338,8 @@ def on_signals(signals=SIGNALS):
         for signum in signals:
             previous[signum] = signal.signal(signum, handler)
         watcher = threading.Thread(target=_watch, name='stopping-watcher',
-                                   args=(stop, read_fd, numbers),
+                                   args=(stop, read_fd, numbers,
+                                         deadline),
                                    daemon=True)
         watcher.start()
         _active = stop

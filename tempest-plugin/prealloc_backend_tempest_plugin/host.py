@@ -160,9 +160,11 @@ class ComputeHost(object):
         """``prealloc-backend check --json`` with nova-compute's
         configuration: (exit code, parsed report).
         """
+        # --timeout: judged on what it finds, not on how fast a busy test
+        # cloud runs it (60 s by default).
         proc = self.run([CONF.prealloc.prealloc_backend_command, 'check',
                          '--config-file', CONF.prealloc.compute_config,
-                         '--json'], check=False)
+                         '--json', '--timeout', '300'], check=False)
         try:
             report = json.loads(proc.stdout)
         except ValueError:

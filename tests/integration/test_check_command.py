@@ -29,6 +29,7 @@ import time
 from oslo_utils import units
 
 from prealloc_backend import checks
+from prealloc_backend.cmd import check as check_cmd
 from prealloc_backend.system import stopping
 from tests import base
 from tests import fixtures as pb_fixtures
@@ -55,6 +56,10 @@ class CliCase(base.CheckTestCase):
         env['PATH'] = BIN + os.pathsep + env.get('PATH', '/usr/bin:/bin')
         cmd = [sys.executable, '-m', 'prealloc_backend.cmd.main', 'check']
         cmd += list(args) + (['--json'] if as_json else [])
+        if '--timeout' not in args:
+            # Judged on what it finds, not on how fast a loaded test
+            # machine runs it (TestDeadline has the deadline).
+            cmd += ['--timeout', '900']
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                               cwd=self.tmp, timeout=280)
         self.assertNotIn('Traceback', proc.stderr)
@@ -252,3 +257,61 @@ class TestStop(CliCase):
             self.assertEqual(2, res['result'], res)
         self.assertEqual([], [c for c in out['checks'][first + 1:]
                               if 'Not run' not in c['details']])
+
+
+# The check with its second check blocked in the main thread for an hour
+# (a system call that does not end when the check's children are killed),
+# its deadline counted from the start of its checks rather than of its
+# process (whose imports take seconds or, on a loaded machine, more).
+HANGING_CHECK = r'''
+import sys, time
+from prealloc_backend.cmd import check, main
+from prealloc_backend.system import stopping
+stopping.seconds_since_start = lambda: 0
+def hang(host):
+    time.sleep(3600)
+rows = list(check.HostChecks._upgrade_checks)
+rows[1] = (rows[1][0], check._guarded(rows[1][0], hang))
+check.HostChecks._upgrade_checks = tuple(rows)
+sys.exit(main.main(sys.argv[1:]))
+'''
+
+
+class TestDeadline(CliCase):
+    """The whole command ends by its --timeout, counted from its start,
+    whatever its checks do: here one never comes back, and the backstop
+    prints the report of what finished (issue 43, finding 5).
+    """
+
+    TIMEOUT = 8
+
+    def test_a_check_that_never_returns(self):
+        pb_fixtures.write_conf(self.conf_path, self.sections)
+        env = dict(os.environ)
+        env['PATH'] = BIN + os.pathsep + env.get('PATH', '/usr/bin:/bin')
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, '-c', HANGING_CHECK, 'check', '--config-file',
+             self.conf_path, '--disk-size', '64M', '--qemu-conf',
+             self.qemu_conf, '--json', '--timeout', str(self.TIMEOUT)],
+            capture_output=True, text=True, env=env, cwd=self.tmp,
+            timeout=120)
+        took = time.monotonic() - started
+        self.assertEqual(2, proc.returncode, proc.stderr[-2000:])
+        # Its deadline and the backstop's second, and the imports before.
+        self.assertGreater(took, self.TIMEOUT + check_cmd.BACKSTOP_AFTER)
+        self.assertLess(took, 120)
+        out = json.loads(proc.stdout)
+        names = [name for name, _f in checks.CHECKS]
+        self.assertEqual(names, [c['check'] for c in out['checks']])
+        self.assertEqual(0, out['checks'][0]['result'], out['checks'][0])
+        hung = out['checks'][1]
+        self.assertEqual(2, hung['result'])
+        self.assertEqual('Not finished: the command reached its deadline of '
+                         '%d s (--timeout) with this check unfinished; the '
+                         'processes it ran were killed.' % self.TIMEOUT,
+                         hung['details'])
+        for res in out['checks'][2:]:
+            self.assertEqual('Not run: the command reached its deadline of '
+                             '%d s (--timeout) before it.' % self.TIMEOUT,
+                             res['details'])

@@ -48,6 +48,7 @@ import time
 
 from oslo_log import log as logging
 
+from prealloc_backend.checks import qemu_img
 import prealloc_backend.privsep.fs
 from prealloc_backend.system import process
 from tests import base
@@ -193,14 +194,20 @@ class CheckAttackTestCase(test_privsep_daemon_root.DaemonMixin,
         self.addCleanup(proc.kill)
         return proc
 
-    def run_check(self, deadline=None):
-        """(results by check name, exit status, seconds)."""
+    def run_check(self, deadline=None, timeout=None):
+        """(results by check name, exit status, seconds), the steps'
+        deadlines ``deadline`` seconds (default: the command's own), the
+        whole command's ``timeout`` (--timeout; default its own).
+        """
         if deadline is None:
             cmd = [sys.executable, '-m', 'prealloc_backend.cmd.main']
         else:
             cmd = [sys.executable, '-c', CHECK_WITH_DEADLINE, str(deadline),
                    str(SLOW_PROBE)]
-        cmd += ['check', '--config-file', self.conf_path, '--json']
+        cmd += ['check', '--config-file', self.conf_path, '--json',
+                # Judged on what it finds, not on how fast a loaded test
+                # machine runs it, unless the test is about the deadline.
+                '--timeout', str(timeout or CHECK_TIMEOUT - 10)]
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True,
                               timeout=CHECK_TIMEOUT, cwd=self.scratch)
@@ -273,6 +280,43 @@ class StoppedStepsTestCase(CheckAttackTestCase):
                       'end within its deadline of %s s: it was killed'
                       % (self.instances, self.user, float(STEP_DEADLINE)),
                       res['details'])
+
+
+class WholeRunDeadlineTestCase(CheckAttackTestCase):
+    """Finding 5 of issue 43: the steps keep their own deadlines (4 minutes
+    for the overlay step), and the nova user stops them: the whole command
+    still ends by its --timeout (60 s by default, what a health probe
+    allows; 20 s here, to keep the tier short), with the stopped check a
+    Failure "Not finished" and the checks after it "Not run".
+    """
+
+    TIMEOUT = 20
+
+    def test_stopped_steps_end_by_the_deadline(self):
+        attacker = self.attacker_start(SIGNALLER, 'SIGSTOP', self.instances)
+        checks, code, took = self.run_check(
+            deadline=qemu_img.OVERLAY_DEADLINE, timeout=self.TIMEOUT)
+        out, err = attacker.communicate(timeout=60)
+        self.assertEqual(0, attacker.returncode, err)
+        hits = [line.split() for line in out.splitlines()
+                if line.startswith('hit ')]
+        self.assertTrue(hits, out)
+        self.assertEqual(2, code)
+        # From the command's start (its interpreter's start included) to
+        # its table: the test's clock starts before it and ends after.
+        self.assertLess(took, self.TIMEOUT + 2)
+        res = checks['qemu-img']
+        self.assertEqual('Failure', res['status'], res['details'])
+        self.assertIn('Not finished: the command reached its deadline of '
+                      '%d s (--timeout) with this check unfinished; the '
+                      'processes it ran were killed' % self.TIMEOUT,
+                      res['details'])
+        names = list(checks)
+        for later in names[names.index('qemu-img') + 1:]:
+            self.assertTrue(checks[later]['details'].startswith('Not run'),
+                            checks[later])
+        self.record(self.id().rsplit('.', 1)[-1], attacked_seconds=took,
+                    timeout=self.TIMEOUT)
 
 
 class SwappedInstancesPathTestCase(CheckAttackTestCase):

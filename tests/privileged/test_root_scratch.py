@@ -267,7 +267,7 @@ class CheckAsRootTestCase(NovaTreeTestCase):
         proc = subprocess.run(
             [os.path.join(os.path.dirname(sys.executable),
                           'prealloc-backend'), 'check', '--config-file',
-             conf_path, '--json'],
+             conf_path, '--json', '--timeout', '110'],
             capture_output=True, text=True, timeout=120)
         swapped = stop()
         checks = {c['check']: c for c in json.loads(proc.stdout)['checks']}

@@ -28,6 +28,7 @@ from oslotest import base
 
 from prealloc_backend.checks import owner
 from prealloc_backend.cmd import check
+from prealloc_backend.system import stopping
 
 
 class TestParseSize(base.BaseTestCase):
@@ -210,12 +211,12 @@ class TestReport(base.BaseTestCase):
             ]}, out)
 
 
-class Stop:
+class Stop(stopping.Stop):
     """A stopping.Stop requested by SIGTERM once ``after`` checks ran."""
 
-    signum = signal.SIGTERM
-
     def __init__(self, after):
+        super().__init__()
+        self.signum = signal.SIGTERM
         self.after = after
         self.ran = 0
 
