@@ -20,11 +20,17 @@ against the free space. Judged against the host's mode: an instance whose
 flavor names another mode is judged by ``adopt``, which reads the flavor
 through nova.
 
+Only the disks nova's disk.info records as qcow2 are counted, as adopt
+adopts only those (a raw disk's guest can write a qcow2 header).
+
 Runs as root and only reads: each directory and file is opened without
 following a symlink (O_NOFOLLOW, relative to the directory's descriptor),
-only regular files, and only the first 104 bytes of each (the qcow2
-header: size, cluster bits, backing file, extended_l2), with its fstat.
+only regular files, and only the first 104 bytes of each disk (the qcow2
+header: size, cluster bits, backing file, extended_l2), with its fstat,
+and the first DISK_INFO_MAX bytes of each disk.info.
 """
+
+import json
 
 import os
 import stat
@@ -42,11 +48,13 @@ HEADER = 104
 EXTENDED_L2 = 1 << 4
 OPEN_FLAGS = (os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK |
               getattr(os, 'O_NOATIME', 0))
+# nova's disk.info: a small JSON object, {disk path: format}.
+DISK_INFO_MAX = 65536
 
 
-def overlay_facts(dir_fd, name):
-    """(OverlayFacts, has a backing file) of the qcow2 file ``name`` in the
-    directory ``dir_fd``, or None when it is not a regular qcow2 file.
+def _open_regular(dir_fd, name):
+    """A descriptor of the regular file ``name`` in ``dir_fd`` (nothing
+    followed), or None.
     """
     try:
         fd = os.open(name, OPEN_FLAGS, dir_fd=dir_fd)
@@ -56,10 +64,41 @@ def overlay_facts(dir_fd, name):
                          dir_fd=dir_fd)
         except OSError:
             return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def recorded_formats(dir_fd):
+    """{file name: format} nova's disk.info in the instance directory
+    ``dir_fd`` records (its keys are disk paths), {} when it has none.
+    """
+    fd = _open_regular(dir_fd, 'disk.info')
+    if fd is None:
+        return {}
+    try:
+        data = os.pread(fd, DISK_INFO_MAX, 0)
+    finally:
+        os.close(fd)
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    return {os.path.basename(str(k)): v for k, v in record.items()}
+
+
+def overlay_facts(dir_fd, name):
+    """(OverlayFacts, has a backing file) of the qcow2 file ``name`` in the
+    directory ``dir_fd``, or None when it is not a regular qcow2 file.
+    """
+    fd = _open_regular(dir_fd, name)
+    if fd is None:
+        return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
         header = os.pread(fd, HEADER, 0)
     finally:
         os.close(fd)
@@ -97,9 +136,11 @@ def _disks(path):
                     names = sorted(os.listdir(sub))
                 except OSError:
                     continue
+                recorded = recorded_formats(sub)
                 for name in names:
                     if not adoption.is_nova_disk(name) or \
-                            '.prealloc' in name:
+                            '.prealloc' in name or \
+                            recorded.get(name) != 'qcow2':
                         continue
                     got = overlay_facts(sub, name)
                     if got is not None and got[1]:

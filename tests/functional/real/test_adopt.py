@@ -58,6 +58,8 @@ CHURN_OFF_MIB = 256
 # and a stretch of writes on either side.
 CHURN_SECONDS = 30
 RATE = 16 * MIB
+# Seconds a copy that does not come into step runs without a new low.
+STALL = 5
 
 _CHILD = textwrap.dedent('''
     import sys
@@ -130,11 +132,12 @@ class _AdoptBase(base.RealHypervisorTestCase):
         return server, path
 
     def _adopt(self, server, mode='space', out=None, stop=None,
-               bandwidth=RATE):
+               bandwidth=RATE, stall=live.STALL_TIMEOUT):
         self.flags(group='prealloc_backend', mode=mode)
         report = adopt_cmd.Report(out=out or io.StringIO())
         adopt_cmd.adopt(self.context, self.conn, uuids=[server['id']],
-                        bandwidth=bandwidth, stop=stop, report=report)
+                        bandwidth=bandwidth, stop=stop, report=report,
+                        stall=stall)
         return report
 
     def _churn_count(self, server):
@@ -225,9 +228,29 @@ class AdoptTestCase(_AdoptBase):
         self.assertGreater(n1 - n0, 0, text)
         self.assertLess(int(guest['maxgap_cs']), 300, guest)
 
-    def test_cancel_keeps_the_original_disk(self):
+    def test_cancel_and_a_copy_out_of_step_keep_the_original_disk(self):
+        # One churning guest for both (a boot fewer for the tier).
         server, path = self._churning_server()
         inode = os.stat(path).st_ino
+        # The guest's flushed 4 KiB writes (about 0.4 MiB/s under TCG)
+        # outrun a copy of 32 KiB/s: the bytes left to copy grow, and the
+        # copy is given up STALL seconds after their lowest.
+        started = time.monotonic()
+        report = self._adopt(server, bandwidth=32 * 1024, stall=STALL)
+        took = time.monotonic() - started
+        text = report.out.getvalue()
+        self.assertEqual(1, report.status, text)
+        self.assertIn('did not come into step: no progress for %d s' % STALL,
+                      text)
+        self.assertIn('the copy was undone, the guest stays on its '
+                      'original disk', text)
+        self.assertLess(took, STALL + 60, text)
+        self.assertEqual('running', self.virsh('domstate',
+                                               server['id']).strip())
+        self.assertEqual(inode, os.stat(path).st_ino)
+        self.assertEqual(inode, self.qemu_open_files(server)[path].st_ino)
+        self.assert_no_adopt_leftovers(server)
+        # Then a cancel.
         stop = stopping.Stop()
 
         class Out(io.StringIO):
@@ -328,6 +351,64 @@ class AdoptTestCase(_AdoptBase):
                                    after=first)
         self.assertIn('at the policy of mode space',
                       self._adopt(server).out.getvalue())
+
+
+class AdoptRawDiskTestCase(_AdoptBase):
+    """A raw disk (images_type raw: disk.info and the domain's <driver
+    type> say raw) whose guest wrote a qcow2 header into its first bytes,
+    naming a file of the image cache as its backing file: adopt leaves it
+    as it is, running and stopped, in every mode (issue 43, finding 1).
+    """
+
+    IMAGES_TYPE = 'raw'
+
+    def _guest_header(self, path):
+        """What a guest can write at the start of its raw disk: a qcow2
+        header naming ../_base/swap_64, of a 2 GiB virtual size.
+        """
+        with tempfile.TemporaryDirectory(dir=self.instances_path) as tmp:
+            header = os.path.join(tmp, 'h.qcow2')
+            subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-u',
+                            '-b', '../_base/swap_64', '-F', 'raw', header,
+                            str(2 * GIB)], check=True)
+            with open(header, 'rb') as f:
+                data = f.read(65536)
+        with open(path, 'r+b') as f:
+            f.write(data)
+            os.fsync(f.fileno())
+        return data
+
+    def _refused(self, server, path):
+        for mode in ('metadata', 'space', 'full'):
+            report = self._adopt(server, mode=mode)
+            text = report.out.getvalue()
+            self.assertEqual(1, report.status, text)
+            self.assertIn("%s: a raw disk (%s says raw, the domain's <driver "
+                          "type> raw): adopt rewrites qcow2 overlays only: "
+                          "left as it is" % (path, os.path.join(
+                              self.instance_dir(server), 'disk.info')),
+                          text)
+            self.assert_no_adopt_leftovers(server)
+
+    def test_guest_written_header_is_not_adopted(self):
+        server = self.boot(self.flavor(), self.image('raw'))
+        path = self.disk_path(server)
+        header = self._guest_header(path)
+        inode = os.stat(path).st_ino
+        # Running: the live path.
+        self._refused(server, path)
+        self.assertEqual('running', self.virsh('domstate',
+                                               server['id']).strip())
+        self.assertEqual(inode, self.qemu_open_files(server)[path].st_ino)
+        with open(path, 'rb') as f:
+            self.assertEqual(header, f.read(len(header)))
+        # Stopped: the offline path; not a byte changed.
+        server = self._stop_server(server)
+        before = base.md5_of_file_range(path, 0, os.stat(path).st_size)
+        self._refused(server, path)
+        self.assertEqual(inode, os.stat(path).st_ino)
+        self.assertEqual(before, base.md5_of_file_range(
+            path, 0, os.stat(path).st_size))
 
 
 class AdoptNoRoomTestCase(_AdoptBase):

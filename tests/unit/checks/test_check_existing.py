@@ -12,6 +12,7 @@
 
 """The existing-disks check on real overlays made by qemu-img."""
 
+import json
 import os
 import subprocess
 
@@ -40,7 +41,20 @@ class TestExistingDisks(base.CheckTestCase):
                      'preallocation=falloc')
         subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-o',
                         opts, path, '1G'], check=True)
+        self.record(path, 'qcow2')
         return path
+
+    def record(self, path, fmt):
+        """nova's disk.info beside ``path`` says ``fmt`` of it."""
+        info = os.path.join(os.path.dirname(path), 'disk.info')
+        try:
+            with open(info) as f:
+                record = json.load(f)
+        except FileNotFoundError:
+            record = {}
+        record[path] = fmt
+        with open(info, 'w') as f:
+            json.dump(record, f)
 
     def check(self, **prealloc):
         host = self.check_host(self.nova_conf(**prealloc))
@@ -135,3 +149,14 @@ class TestExistingDisks(base.CheckTestCase):
         self.assertEqual(result.Code.SUCCESS, res.code)
         self.assertIn('not read', res.details)
         self.assertNotIn('disks', res.facts)
+
+    def test_only_disks_nova_records_as_qcow2_count(self):
+        # A raw disk whose guest wrote a qcow2 header (adopt leaves it as
+        # it is), and an overlay disk.info does not list.
+        raw = self.overlay('a')
+        self.record(raw, 'raw')
+        unlisted = self.overlay('b')
+        os.unlink(os.path.join(os.path.dirname(unlisted), 'disk.info'))
+        self.overlay('c')
+        res = self.check(mode='space')
+        self.assertEqual(['c/disk'], res.facts['disks'])
