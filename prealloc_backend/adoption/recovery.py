@@ -52,6 +52,9 @@ BOOT_ID = '/proc/sys/kernel/random/boot_id'
 # Seconds nova-compute's start waits, at most, for a running adopt to
 # have recovered (or to end).
 RECOVERY_WAIT = 300
+# Seconds an adopt waits, at most, for the host's lock (nova-compute's
+# start recovering holds it for moments; another adopt, for its run).
+LOCK_WAIT = 60
 # libvirt's virErrorNumber for an unknown domain (by value: this module
 # imports without the libvirt python module).
 VIR_ERR_NO_DOMAIN = 42
@@ -143,11 +146,13 @@ def wait_to_recover(instances_path, host, timeout=RECOVERY_WAIT,
         sleep(1)
 
 
-def host_lock(instances_path, host, create=True):
+def host_lock(instances_path, host, create=True, wait=0,
+              clock=time.monotonic, sleep=time.sleep):
     """This host's adopt lock (flock, opened without following a symlink):
-    its descriptor; close it to release. Raises AlreadyRunning. With
-    ``create`` False, None when the lock file does not exist (no adopt
-    ever ran on this host: nothing of one can be left).
+    its descriptor; close it to release. Raises AlreadyRunning when it is
+    still held after ``wait`` seconds. With ``create`` False, None when the
+    lock file does not exist (no adopt ever ran on this host: nothing of
+    one can be left).
     """
     path = lock_path(instances_path, host)
     try:
@@ -157,13 +162,19 @@ def host_lock(instances_path, host, create=True):
         if create:
             raise
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise AlreadyRunning('another prealloc-backend adopt runs on this '
-                             'host (%s is locked)' % path)
-    return fd
+    deadline = clock() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if clock() >= deadline:
+                os.close(fd)
+                raise AlreadyRunning(
+                    'another prealloc-backend adopt runs on this host, or '
+                    'nova-compute\'s start is recovering (%s is locked%s)'
+                    % (path, ', waited %d s' % wait if wait else ''))
+        sleep(0.5)
 
 
 def leftovers(instances_path, uuid='*'):

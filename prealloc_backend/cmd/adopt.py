@@ -34,9 +34,10 @@ attach; delete is still allowed and ends the adoption with the guest on a
 complete disk). The task state is put back to None at the end, and by the
 next run after a kill.
 
-Only one adopt runs per host (a lock in instances_path). At its start it
-finishes or undoes whatever a killed run left (live.recover) and clears
-the task states it left.
+Only one adopt runs per host (a lock in instances_path, waited for
+recovery.LOCK_WAIT seconds at most: nova-compute's start holds it while
+it recovers). At its start it finishes or undoes whatever a killed run
+left (live.recover) and clears the task states it left.
 
 After connecting to libvirtd and nova's message bus it becomes the owner of
 instances_path (the nova user): every file it makes, renames or removes,
@@ -494,7 +495,8 @@ def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
     from nova import objects
     report = report or Report()
     conn = recovery.Connection(conn)
-    lock = recovery.host_lock(CONF.instances_path, CONF.host)
+    lock = recovery.host_lock(CONF.instances_path, CONF.host,
+                              wait=recovery.LOCK_WAIT)
     try:
         if dry_run:
             for path in recovery.leftovers(CONF.instances_path):

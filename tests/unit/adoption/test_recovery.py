@@ -20,6 +20,8 @@ start recovering for real: tests/functional/real/test_adopt.py.
 
 import json
 import os
+import subprocess
+import sys
 from unittest import mock
 
 import fixtures
@@ -97,6 +99,27 @@ class TestRecovery(base.TestCase):
         # Another host sharing instances_path has its own.
         other = recovery.host_lock(self.top, 'h2')
         os.close(other)
+
+    def test_lock_waited_for(self):
+        # Another process holds it (nova-compute's start recovering) for
+        # a second.
+        path = recovery.lock_path(self.top, 'h1')
+        holder = subprocess.Popen(
+            [sys.executable, '-c', 'import fcntl, os, sys, time\n'
+             'fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n'
+             'fcntl.flock(fd, fcntl.LOCK_EX)\n'
+             'print("held", flush=True)\n'
+             'time.sleep(float(sys.argv[2]))', path, '1'],
+            stdout=subprocess.PIPE, text=True)
+        self.addCleanup(holder.wait)
+        self.assertEqual('held', holder.stdout.readline().strip())
+        exc = self.assertRaises(recovery.AlreadyRunning, recovery.host_lock,
+                                self.top, 'h1', wait=0.2)
+        self.assertIn("or nova-compute's start is recovering", str(exc))
+        self.assertIn('waited 0 s', str(exc))
+        fd = recovery.host_lock(self.top, 'h1', wait=30)
+        os.close(fd)
+        self.assertIsNotNone(holder.poll())
 
     def test_lock_is_not_followed_through_a_symlink(self):
         os.symlink('/etc/passwd', recovery.lock_path(self.top, 'h1'))
