@@ -157,18 +157,21 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 return
         except (recovery.AlreadyRunning, OSError) as exc:
             LOG.error('prealloc_backend: what an interrupted adoption left '
-                      'is not recovered (%s): nova may start a guest whose '
-                      'disk is a half-made copy; see prealloc-backend adopt '
-                      '--dry-run', exc)
+                      'is not recovered (%(err)s): nova may start a guest '
+                      'whose disk is a half-made copy; see prealloc-backend '
+                      'adopt --dry-run', {'err': exc})
             return
         try:
+            unrecovered = []
             if recovery.leftovers(path):
                 conn = self._host.get_connection()
-                recovery.recover_all(conn, path, LOG.info, LOG.error)
+                unrecovered = recovery.recover_all(conn, path, LOG.info,
+                                                   LOG.error)
             # Also the claim of an adopt killed before it made any file.
             recovery.release_stale_claims(nova_context.get_admin_context(),
                                           host, path, LOG.info)
-            recovery.mark_recovered(path, host)
+            if not unrecovered:
+                recovery.mark_recovered(path, host)
         except Exception:
             LOG.exception('prealloc_backend: recovering interrupted '
                           'adoptions failed')

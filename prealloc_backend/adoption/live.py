@@ -26,10 +26,9 @@ preallocation of the disk's plan. Then, with a journal beside the disk
    at ``bandwidth`` when given; every guest write meanwhile is copied too.
    A copy that does not come into step is given up and undone (the guest
    stays on its original disk): when the bytes left to copy make no new
-   low for ``CopyLimits.stall`` seconds, or the copy runs past its bound
-   (the stall time plus COPY_FACTOR times what it had to copy at its
-   start, over its rate), as a guest writing faster than the rate makes
-   it.
+   low for ``CopyLimits.stall`` seconds, or the copy has copied
+   COPY_FACTOR times what it had to copy at its start, as a guest writing
+   faster than the copy's rate makes it.
 3. Once the copy is in step: the journal says the guest is paused (before
    it is), the copy's rate limit is lifted, the guest is paused (QEMU
    flushes the original file), the copy waited for until nothing is left,
@@ -63,8 +62,8 @@ a cancel or a failed copy follow from that:
 A guest the adoption paused is resumed by the undo or by ``recover``; one
 QEMU paused on an I/O error while the copy took room (a full filesystem)
 is resumed once the copy's file is gone. nova-compute's start runs
-``recover`` too (the driver's init_host), before nova starts any guest,
-unless an adopt runs.
+``recover`` too (the driver's init_host), before nova starts any guest
+(adoption.recovery: waiting for a running adopt).
 
 Everything here runs as the caller: ``prealloc-backend adopt`` runs it as
 the owner of instances_path (the nova user), never as root.
@@ -118,14 +117,17 @@ SETTLE_TIMEOUT = 30
 # is given up (a guest writing faster than the copy's rate keeps it from
 # coming into step): the default of ``adopt --stall-timeout``.
 STALL_TIMEOUT = 120
-# The copy's bound: STALL_TIMEOUT plus COPY_FACTOR times what it had to
-# copy when it started over its rate (``--max-rate``, else MIN_RATE).
+# The copy's bound: it may copy COPY_FACTOR times what it had to copy at
+# its start (a guest rewriting its disk faster than the copy makes it copy
+# the same clusters again and again).
 COPY_FACTOR = 4
-MIN_RATE = 2 ** 20
-# Bytes a copy in step may still have to copy when the guest is paused
-# for the pivot (copied then, unthrottled: milliseconds): a busy guest
-# seldom leaves the copy with nothing at all left at the moment it looks.
+# What a copy in step may still have to copy when the guest is paused for
+# the pivot (copied then, unthrottled: milliseconds): what it copied in
+# READY_SLACK_SECONDS at the rate seen so far, READY_SLACK bytes at least.
+# A busy guest seldom leaves the copy with nothing at all left at the
+# moment it looks.
 READY_SLACK = 2 ** 20
+READY_SLACK_SECONDS = 0.25
 
 
 class Cancelled(Exception):
@@ -150,21 +152,19 @@ class CopyLimits:
     """When a copy that does not come into step is given up.
 
     ``stall``: seconds the bytes left to copy may go without a new low;
-    ``factor`` and ``rate`` (bytes/s, the copy's ``--max-rate``, else
-    MIN_RATE): the copy may run ``stall + factor * bytes to copy at its
-    start / rate`` seconds in all. ``clock`` is time.monotonic but in
-    tests.
+    ``factor``: the copy may copy this many times what it had to copy at
+    its start (at ``rate``, its ``--max-rate``, that takes ``factor *
+    size / rate`` seconds; slower storage only makes it longer, never
+    gives it up). ``clock`` is time.monotonic but in tests.
     """
     stall: float = STALL_TIMEOUT
     rate: int | None = None
     factor: float = COPY_FACTOR
     clock: object = time.monotonic
 
-    def bound(self, to_copy):
-        """Seconds the whole copy may take, ``to_copy`` bytes at its
-        start.
-        """
-        return self.stall + self.factor * to_copy / (self.rate or MIN_RATE)
+    def work(self, to_copy):
+        """Bytes the copy may copy in all, ``to_copy`` at its start."""
+        return self.factor * max(to_copy, READY_SLACK)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -424,6 +424,15 @@ def adopt_running(domain, dev, path, new, bandwidth=None, progress=None,
                     '%s): the guest stays PAUSED until the next '
                     'prealloc-backend adopt or nova-compute\'s start '
                     'recovers it' % (path, exc, undo_exc)) from exc
+            if isinstance(exc, (Cancelled, NotConverging)):
+                # Not "undone": what is left beside the disk is for the
+                # next run to recover.
+                raise AdoptionFailed(
+                    '%s: %s, and the copy could not be undone (%s): it is '
+                    'left beside the disk for the next prealloc-backend '
+                    'adopt or nova-compute\'s start to recover'
+                    % (path, 'cancelled' if isinstance(exc, Cancelled)
+                       else exc, undo_exc)) from exc
             raise exc
         if lost and isinstance(exc, Exception) and \
                 not isinstance(exc, Cancelled):
@@ -530,17 +539,21 @@ def _quote(value):
 
 
 def _wait_ready(domain, dev, progress, cancelled, limits):
-    """Until the copy is in step with at most READY_SLACK bytes left (the
-    guest is then paused for its pivot). Raises NotConverging when the
-    bytes left have made no new low for ``limits.stall`` seconds, or the
-    copy has run
-    past ``limits.bound`` of what it had to copy at its start: a guest
-    writing faster than the copy's rate would keep it (and the host's
-    adopt lock, and ``--all``'s next instances) waiting for ever.
+    """Until the copy is in step with at most what it copies in
+    READY_SLACK_SECONDS left, READY_SLACK bytes at least (the guest is then
+    paused for its pivot, the rest copied unthrottled: milliseconds).
+    Raises NotConverging when the bytes left have made no new low for
+    ``limits.stall`` seconds, or the copy has copied ``limits.factor``
+    times what it had to copy when it started without coming into step
+    (limits.work): a guest writing faster than the copy's rate would keep
+    it (and the host's adopt lock, and ``--all``'s next instances) waiting
+    for ever. Looks before the copy has moved (QEMU sizes the job first:
+    libvirt shows 0 of 0, or of 1) count for the stall's time, never as a
+    low or as the size to copy.
     """
     clock = limits.clock
     start = clock()
-    lowest, low_at, bound = None, start, None
+    lowest, low_at, work = None, start, None
     while True:
         if cancelled():
             raise Cancelled()
@@ -553,28 +566,34 @@ def _wait_ready(domain, dev, progress, cancelled, limits):
         if progress:
             progress(Progress(dev, job['cur'], job['end'], ready))
         stopping.pause_point('adopt copying')
-        if ready and job['end'] - job['cur'] <= READY_SLACK:
+        now = clock()
+        copied, left = job['cur'], job['end'] - job['cur']
+        slack = max(READY_SLACK, int(READY_SLACK_SECONDS * copied /
+                                     max(now - start, POLL)))
+        if ready and left <= slack:
             # In step: what is left is copied with the guest paused, the
             # rate limit lifted (_pause_and_pivot).
             return
-        now = clock()
-        left = job['end'] - job['cur']
-        if bound is None:
-            bound = limits.bound(job['end'])
-        if lowest is None or left < lowest:
-            lowest, low_at = left, now
-        if now - low_at > limits.stall or now - start > bound:
-            rate = ('%.2f MiB/s' % (limits.rate / 2 ** 20) if limits.rate
-                    else 'no --max-rate')
+        if copied > 0:
+            if work is None:
+                # What it had to copy at its start, once QEMU sized it.
+                work = limits.work(job['end'])
+            if lowest is None or left < lowest:
+                lowest, low_at = left, now
+        stalled = now - low_at > limits.stall
+        if stalled or (work is not None and copied > work):
             raise NotConverging(
-                'the block copy of %s did not come into step: %s after '
-                '%d s, %.1f MiB still to copy (its lowest, %.1f MiB, %d s '
-                'ago; at %s): the guest writes faster than the copy; run '
-                'adopt again with a higher --max-rate or at a quieter time'
-                % (dev, 'its bound of %d s passed' % bound
-                   if now - start > bound else 'no progress for %d s'
-                   % limits.stall, now - start, left / 2 ** 20,
-                   lowest / 2 ** 20, now - low_at, rate))
+                'the block copy of %s did not come into step: %s, %.1f MiB '
+                'still to copy after %d s (%s): the guest writes faster '
+                'than the copy; run adopt again with a higher --max-rate '
+                'or at a quieter time'
+                % (dev, 'no new low of the bytes left for %d s'
+                   % limits.stall if stalled else
+                   'it copied %.1f MiB, %g times what it had to copy at '
+                   'its start' % (copied / 2 ** 20, limits.factor),
+                   left / 2 ** 20, now - start,
+                   'at %.2f MiB/s' % (limits.rate / 2 ** 20)
+                   if limits.rate else 'no --max-rate'))
         time.sleep(POLL)
 
 

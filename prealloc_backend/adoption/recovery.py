@@ -138,21 +138,23 @@ def wait_to_recover(instances_path, host, timeout=RECOVERY_WAIT,
                 % (lock_path(instances_path, host), timeout))
         if not said:
             LOG.warning('prealloc_backend: a prealloc-backend adopt holds '
-                        '%s: waiting up to %d s for it to recover what an '
-                        'interrupted adoption left (or to end) before nova '
-                        'starts any guest', lock_path(instances_path, host),
-                        timeout)
+                        '%(lock)s: waiting up to %(wait)d s for it to '
+                        'recover what an interrupted adoption left (or to '
+                        'end) before nova starts any guest',
+                        {'lock': lock_path(instances_path, host),
+                         'wait': timeout})
             said = True
         sleep(1)
 
 
-def host_lock(instances_path, host, create=True, wait=0,
+def host_lock(instances_path, host, create=True, wait=0, stop=None,
               clock=time.monotonic, sleep=time.sleep):
     """This host's adopt lock (flock, opened without following a symlink):
     its descriptor; close it to release. Raises AlreadyRunning when it is
-    still held after ``wait`` seconds. With ``create`` False, None when the
-    lock file does not exist (no adopt ever ran on this host: nothing of
-    one can be left).
+    still held after ``wait`` seconds, stopping.Stopped when ``stop`` (a
+    stopping.Stop) is requested meanwhile. With ``create`` False, None
+    when the lock file does not exist (no adopt ever ran on this host:
+    nothing of one can be left).
     """
     path = lock_path(instances_path, host)
     try:
@@ -168,12 +170,15 @@ def host_lock(instances_path, host, create=True, wait=0,
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return fd
         except BlockingIOError:
+            if stop is not None and stop.requested:
+                os.close(fd)
+                stop.check()
             if clock() >= deadline:
                 os.close(fd)
                 raise AlreadyRunning(
                     'another prealloc-backend adopt runs on this host, or '
                     'nova-compute\'s start is recovering (%s is locked%s)'
-                    % (path, ', waited %d s' % wait if wait else ''))
+                    % (path, ', waited %g s' % wait if wait else ''))
         sleep(0.5)
 
 
@@ -266,8 +271,10 @@ class Connection(object):
 
 def recover_all(conn, instances_path, say, failed):
     """live.recover for each disk an adoption left, of the domains this
-    host defines; ``say(text)`` and ``failed(text)`` report.
+    host defines; ``say(text)`` and ``failed(text)`` report. Returns the
+    paths it could not recover (another host's are not counted).
     """
+    unrecovered = []
     for path in leftovers(instances_path):
         uuid = os.path.basename(os.path.dirname(path))
         try:
@@ -281,9 +288,11 @@ def recover_all(conn, instances_path, say, failed):
         except Exception as exc:
             failed('%s: could not recover an interrupted adoption: %s'
                    % (path, exc))
+            unrecovered.append(path)
             continue
         if done:
             say('%s: %s' % (path, done))
+    return unrecovered
 
 
 def release(instance):

@@ -31,7 +31,6 @@ and the first DISK_INFO_MAX bytes of each disk.info.
 """
 
 import json
-
 import os
 import stat
 import struct
@@ -83,7 +82,9 @@ def recorded_formats(dir_fd):
         os.close(fd)
     try:
         record = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # Not JSON, or nested deeper than the parser goes ('[' * 60000):
+        # written by whoever owns the directory, recorded nothing.
         return {}
     if not isinstance(record, dict):
         return {}

@@ -117,10 +117,9 @@ def add_arguments(parser):
                         default=live.STALL_TIMEOUT,
                         help='Give up (and undo) a running guest\'s copy '
                              'when the bytes it has left to copy make no '
-                             'new low for this long (default %%(default)s); '
-                             'it is also given up past this plus %d times '
-                             'what it had to copy at its start over '
-                             '--max-rate.' % live.COPY_FACTOR)
+                             'new low for this long (default %%(default)s), '
+                             'or once it has copied %d times what it had to '
+                             'copy at its start.' % live.COPY_FACTOR)
     parser.add_argument('--verbose', action='store_true',
                         help='Print the log lines of the plugin and nova.')
 
@@ -206,18 +205,16 @@ class NotRecordedOverlay(Exception):
 
 
 def flavor_size(flavor, name):
-    """The size in bytes the flavor gives nova's disk ``name`` (disk:
-    root_gb, disk.local: ephemeral_gb, disk.swap: swap MiB), None where
-    it gives none (a root disk of root_gb 0 takes its image's size; the
-    disk.eph* of block device mappings have sizes of their own).
+    """The size in bytes the flavor gives nova's disk ``name``: the root
+    disk's root_gb; None where it gives none (root_gb 0: the image's size)
+    or where the disk may have another (a swap or ephemeral block device
+    mapping sizes its own disk.swap, disk.local or disk.eph*, and a resize
+    to a larger ephemeral_gb leaves disk.local at its size).
     """
-    size = {'disk': ('root_gb', units.Gi),
-            'disk.local': ('ephemeral_gb', units.Gi),
-            'disk.swap': ('swap', units.Mi)}.get(name)
-    if size is None:
+    if name != 'disk':
         return None
-    value = getattr(flavor, size[0], None) or 0
-    return value * size[1] if value > 0 else None
+    value = getattr(flavor, 'root_gb', None) or 0
+    return value * units.Gi if value > 0 else None
 
 
 def recorded_overlay(domain, dev, path, domain_fmt, flavor):
@@ -233,10 +230,10 @@ def recorded_overlay(domain, dev, path, domain_fmt, flavor):
     ``<driver type>`` must both say qcow2; the header, read within
     formats.HEADER_PREFIX, is only checked against them; the virtual size
     is libvirt's (its block info: QEMU's own for a running guest) and must
-    be the flavor's where the flavor gives one and the header's; the disk
-    is then checked as the plugin checks every qcow2 disk it opens
-    (formats.check_qcow2_disk). Anything else raises NotRecordedOverlay,
-    naming the disk and the records.
+    be the header's, and the root disk's the flavor's root_gb where it
+    gives one (flavor_size); the disk is then checked as the plugin checks
+    every qcow2 disk it opens (formats.check_qcow2_disk). Anything else
+    raises NotRecordedOverlay, naming the disk and the records.
     """
     disk_info = os.path.join(os.path.dirname(path), 'disk.info')
     recorded = formats.disk_info_format(disk_info, path)
@@ -386,6 +383,10 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
             report.left('instance %s: moved to host %s meanwhile: left '
                         'alone' % (uuid, instance.host))
             return
+        if instance.vm_state not in (vm_states.ACTIVE, vm_states.STOPPED):
+            report.left('instance %s: vm_state %s meanwhile: left alone'
+                        % (uuid, instance.vm_state))
+            return
         if running != (instance.vm_state == vm_states.ACTIVE):
             report.left('instance %s: vm_state %s but its domain is %s: '
                         'left alone' % (uuid, instance.vm_state,
@@ -395,6 +396,22 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
         for dev, path, checked, facts, verdict in todo:
             if stop is not None and stop.requested:
                 raise stopping.Stopped(stop.signum)
+            # Judged before the claim: read again now that nova can no
+            # longer change it (a rebuild or a resize in between).
+            try:
+                again = recorded_overlay(domain, dev, path,
+                                         live.disk_records(domain).get(
+                                             dev, (None, None))[1],
+                                         instance.flavor)
+            except Exception as exc:
+                report.left('instance %s %s: %s: left as it is'
+                            % (uuid, dev, exc))
+                continue
+            if (again[0].backing, again[1].virtual_size) != (
+                    checked.backing, facts.virtual_size):
+                report.left('instance %s %s: %s changed before it was '
+                            'claimed: left as it is' % (uuid, dev, path))
+                continue
             _adopt_disk(domain, running, uuid, dev, path, checked, facts,
                         verdict, report, bandwidth, stop,
                         reconnect=lambda: conn.lookup(uuid),
@@ -496,19 +513,20 @@ def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
     report = report or Report()
     conn = recovery.Connection(conn)
     lock = recovery.host_lock(CONF.instances_path, CONF.host,
-                              wait=recovery.LOCK_WAIT)
+                              wait=recovery.LOCK_WAIT, stop=stop)
     try:
         if dry_run:
             for path in recovery.leftovers(CONF.instances_path):
                 report.left('%s: left by an interrupted adoption (the next '
                             'run recovers it)' % path)
         else:
-            recovery.recover_all(conn.get(), CONF.instances_path,
-                                 report.say, report.failed)
+            unrecovered = recovery.recover_all(
+                conn.get(), CONF.instances_path, report.say, report.failed)
             recovery.release_stale_claims(context, CONF.host,
                                           CONF.instances_path, report.say)
-            # nova-compute's start, waiting for this lock, need not.
-            recovery.mark_recovered(CONF.instances_path, CONF.host)
+            if not unrecovered:
+                # nova-compute's start, waiting for this lock, need not.
+                recovery.mark_recovered(CONF.instances_path, CONF.host)
         if uuids:
             instances = []
             for uuid in uuids:
@@ -588,9 +606,13 @@ def _run(args):
     _become_owner()
     stopping.install_test_hooks()
     with stopping.on_signals() as stop:
-        report = adopt(context, conn, uuids=args.instance,
-                       dry_run=args.dry_run, bandwidth=args.max_rate,
-                       stop=stop, stall=args.stall_timeout)
+        try:
+            report = adopt(context, conn, uuids=args.instance,
+                           dry_run=args.dry_run, bandwidth=args.max_rate,
+                           stop=stop, stall=args.stall_timeout)
+        except stopping.Stopped:
+            # While it waited for the host's lock: nothing was done.
+            pass
     if stop.requested:
         return stopping.exit_status(stop.signum)
     return report.status

@@ -70,15 +70,14 @@ Kept of our own, each because an operator needs it:
 """
 
 import argparse
-import contextlib
 import json
 import logging
 import os
 import re
-import signal
 import sys
 import textwrap
 import threading
+import time
 import traceback
 
 from oslo_config import cfg
@@ -109,10 +108,10 @@ MAX_TIMEOUT = 24 * 3600
 # Seconds before the deadline at which the checks are stopped (their
 # children killed), so that the table is printed by the deadline.
 STOP_AHEAD = 3
-# Seconds after the deadline at which, if the checks have not come back
+# Seconds before the deadline at which, if the checks have not come back
 # from a stopped step, the report of what finished is printed from
 # another thread and the command exits.
-BACKSTOP_AFTER = 1
+BACKSTOP_AHEAD = 1
 
 
 class ConfigLoadError(Exception):
@@ -326,6 +325,14 @@ class HostChecks(Report):
                 'failed: %s' % (exc.user, exc.message),
                 'See the message: whoever writes there as %s meets the '
                 'same error.' % exc.user)
+        except Exception as exc:
+            # A check never ends the command (a bug, or what the nova user
+            # put in instances_path): it is a Failure saying so.
+            logging.getLogger(__name__).exception('check %s', func)
+            res = result.failure(
+                'Not checked: the check itself failed: %s: %s'
+                % (type(exc).__name__, exc),
+                'Run it again with --verbose and report the traceback.')
         return res
 
 
@@ -416,22 +423,25 @@ def _timeout(text):
     return value
 
 
-def report(checked, as_json, printing=None):
+def report(checked, as_json, backstop=None):
     """Run ``checked``'s checks (a Report), print upgradecheck's table or
-    the JSON (holding the lock ``printing`` if given); the exit status.
+    the JSON (through ``backstop``, a Backstop, when given: one report,
+    never two); the exit status.
     """
-    return show(checked.results(), as_json, printing)
+    results = checked.results()
+    if backstop is not None:
+        return backstop.show(results)
+    return show(results, as_json)
 
 
-def show(results, as_json, printing=None):
+def show(results, as_json):
     """Print the [(name, Result)] ``results`` as upgradecheck's table or
-    the JSON (holding ``printing``); the exit status.
+    the JSON; the exit status.
     """
-    with printing or contextlib.nullcontext():
-        if not as_json:
-            return int(Fixed(results).check())
-        print(render_json(results))
-        return int(max(r.code for _n, r in results))
+    if not as_json:
+        return int(Fixed(results).check())
+    print(render_json(results))
+    return int(max(r.code for _n, r in results))
 
 
 def _run(args):
@@ -445,13 +455,18 @@ def _run(args):
         conf, oslo_args(args.config_file, args.config_dir),
         args.disk_size, qemu_conf=args.qemu_conf, nova_user=args.nova_user)
     stopping.install_test_hooks()
-    left = args.timeout - stopping.seconds_since_start()
+    # From the command's start (cmd/main.py: its process's), else from now.
+    started = getattr(args, 'started', None)
+    if started is None:
+        started = time.monotonic()
+    left = args.timeout - (time.monotonic() - started)
     with stopping.on_signals(timeout=max(0, left - STOP_AHEAD)) as stop:
         stop.timeout = args.timeout
         checked = HostChecks(host, stop)
-        backstop = Backstop(checked, args.json, left + BACKSTOP_AFTER)
+        backstop = Backstop(checked, args.json,
+                            max(0, left - BACKSTOP_AHEAD))
         try:
-            return report(checked, args.json, backstop.printing)
+            return report(checked, args.json, backstop)
         finally:
             backstop.cancel()
 
@@ -460,32 +475,46 @@ class Backstop:
     """The deadline's last resort: should the checks not come back from a
     stopped step (a system call that does not end when the children it
     waits for are killed), print the report of what finished, the running
-    check "Not finished", and exit 2 from another thread, at ``after``
-    seconds.
+    check "Not finished", and exit 2 (``exit``) from another thread, at
+    ``after`` seconds. One report is printed, never two: the checks'
+    (``show``) or the backstop's.
     """
 
-    def __init__(self, checked, as_json, after):
+    def __init__(self, checked, as_json, after, exit=os._exit):
         self.checked = checked
         self.as_json = as_json
-        # Held by whoever prints the report: one report, never two.
-        self.printing = threading.Lock()
+        self.exit = exit
+        self._lock = threading.Lock()
+        self._printed = False
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(after,),
                                        name='check-backstop', daemon=True)
         self.thread.start()
 
+    def _claim(self):
+        with self._lock:
+            first, self._printed = not self._printed, True
+            return first
+
+    def show(self, results):
+        """Print the checks' report unless the backstop printed its own
+        (then wait for its exit): the exit status.
+        """
+        if not self._claim():
+            self.thread.join()
+            return int(upgradecheck.Code.FAILURE)
+        return show(results, self.as_json)
+
     def _run(self, after):
-        if self.done.wait(max(0, after)):
+        if self.done.wait(after) or not self._claim():
             return
-        if not self.printing.acquire(blocking=False):
-            return   # the checks came back: their report is printing
         try:
-            self.checked.stop.timed_out = True
-            self.checked.stop.request(signal.SIGALRM)
+            stop = self.checked.stop
+            stop.request_timeout()
             show(self.checked.so_far(), self.as_json)
             sys.stdout.flush()
         finally:
-            os._exit(int(upgradecheck.Code.FAILURE))
+            self.exit(int(upgradecheck.Code.FAILURE))
 
     def cancel(self):
         self.done.set()

@@ -21,6 +21,9 @@ only when chosen. The benchmark is its own command, ``prealloc-bench``
 import argparse
 import importlib
 import sys
+import time
+
+from prealloc_backend.system import stopping
 
 SUBCOMMANDS = {
     'check': 'Tell whether this host will do what nova.conf asks, before '
@@ -60,7 +63,11 @@ def main(argv=None):
     sub = argparse.ArgumentParser(prog='prealloc-backend ' + known.command,
                                   description=SUBCOMMANDS[known.command])
     module.add_arguments(sub)
-    return module.run(sub.parse_args(argv[1:]))
+    args = sub.parse_args(argv[1:])
+    # When the command started (time.monotonic's clock): its process's
+    # start, imports included (check's --timeout counts from it).
+    args.started = time.monotonic() - stopping.seconds_since_start()
+    return module.run(args)
 
 
 if __name__ == '__main__':

@@ -243,7 +243,7 @@ def disk_info_format(disk_info_path, path):
     try:
         with open(disk_info_path) as f:
             return json.loads(f.read() or '{}').get(path)
-    except (OSError, TypeError, ValueError, AttributeError):
+    except (OSError, TypeError, ValueError, AttributeError, RecursionError):
         return None
 
 

@@ -232,6 +232,12 @@ def call_in_child(func, *args, deadline, what=None, max_answer=1 << 20):
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
+        # Nothing of the caller's standard streams: a child its user keeps
+        # alive (stopped, or in a system call that does not end) must not
+        # hold the caller's output open after the caller ended.
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
         _answer_from_child(func, args, write_end)
     os.close(write_end)
     reaped = False

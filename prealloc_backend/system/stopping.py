@@ -145,6 +145,12 @@ class Stop:
         if self.signum is None:
             self.signum = signum
 
+    def request_timeout(self):
+        """Record a stop for the deadline, unless a signal came first."""
+        self.request(signal.SIGALRM)
+        if self.signum == signal.SIGALRM:
+            self.timed_out = True
+
     def check(self):
         """Raise Stopped if a stop was requested."""
         if self.signum is not None:
@@ -288,8 +294,7 @@ def _watch(stop, read_fd, signals, deadline=None):
         ready, _, _ = select.select([read_fd], [], [], wait)
         if (deadline is not None and not stop.requested and
                 time.monotonic() >= deadline):
-            stop.timed_out = True
-            stop.request(signal.SIGALRM)
+            stop.request_timeout()
         quit = False
         if ready:
             try:

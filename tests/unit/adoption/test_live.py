@@ -443,6 +443,8 @@ class BusyDomain(FakeDomain):
     def __init__(self, path, left):
         super().__init__(path)
         self.left = left
+        # What it has copied by the n-th look (QEMU's cur).
+        self.copied = lambda n: 2 ** 20 * n
         self.looks = 0
 
     def blockCopy(self, dev, dest, params, flags):
@@ -456,8 +458,8 @@ class BusyDomain(FakeDomain):
         if self.looks > 1000:
             # A copy the adoption never gives up: fail, not hang.
             raise AssertionError('still copying after 1000 looks')
-        total = 64 * 2 ** 20
-        return {'cur': total - self.left(self.looks), 'end': total}
+        copied = self.copied(self.looks)
+        return {'cur': copied, 'end': copied + self.left(self.looks)}
 
     def XMLDesc(self, flags):
         return ("<domain><devices><disk type='file' device='disk'>"
@@ -504,7 +506,7 @@ class TestCopyThatDoesNotConverge(_DiskFiles):
         clock = Clock(step=1.0)
         exc = self.adopt(domain, live.CopyLimits(stall=30, rate=2 ** 20,
                                                  clock=clock))
-        self.assertIn('no progress for 30 s', str(exc))
+        self.assertIn('no new low of the bytes left for 30 s', str(exc))
         self.assertIn('higher --max-rate or at a quieter time', str(exc))
         self.assertIn('stays on its original disk', str(exc))
         # Given up on the first look past the stall time, not later.
@@ -512,16 +514,54 @@ class TestCopyThatDoesNotConverge(_DiskFiles):
         self.assert_undone(domain)
 
     def test_past_its_bound(self):
-        # New lows at every look, too slowly ever to end: the bound (30 s
-        # + 4 x 64 MiB at 1 MiB/s = 286 s) ends it.
+        # New lows at every look, too slowly ever to end: it has copied 4
+        # times what it had to copy at its start (80 MiB, once QEMU sized
+        # the job at its first look) when it is given up, however fast or
+        # slow the storage.
         domain = BusyDomain(self.path, lambda n: 2 ** 26 - n)
-        clock = Clock(step=5.0)
-        limits = live.CopyLimits(stall=30, rate=2 ** 20, clock=clock)
-        self.assertEqual(30 + 4 * 64, limits.bound(2 ** 26))
+        domain.copied = lambda n: n * 2 ** 24
+        limits = live.CopyLimits(stall=30, rate=2 ** 20,
+                                 clock=Clock(step=1.0))
+        self.assertEqual(4 * 2 ** 26, limits.work(2 ** 26))
         exc = self.adopt(domain, limits)
-        self.assertIn('its bound of 286 s passed', str(exc))
-        self.assertLess(clock.now, 300)
+        # Given up at its 20th look, the first past 320 MiB.
+        self.assertIn('it copied 320.0 MiB, 4 times what it had to copy',
+                      str(exc))
         self.assert_undone(domain)
+
+    def test_slow_storage_is_not_given_up(self):
+        # A quiet guest, a copy far slower than --max-rate (1000 MiB/s
+        # asked, 1 MiB a look): it converges, however long it takes.
+        domain = BusyDomain(self.path, lambda n: max(0, 2 ** 20 * (200 - n)))
+        domain.copied = lambda n: n * 2 ** 20
+        domain.job = True
+        self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.adoption.live._mirror_ready',
+            lambda dom, dev: (True, domain.looks >= 200)))
+        live._wait_ready(domain, 'vda', None, lambda: False,
+                         live.CopyLimits(stall=30, rate=1000 * 2 ** 20,
+                                         clock=Clock(step=1.0)))
+        self.assertEqual(200, domain.looks)
+
+    def test_the_jobs_first_looks_are_not_its_size(self):
+        # QEMU sizes the job first: libvirt shows 0 of 1 for a while. The
+        # copy then moves and comes into step after the stall time.
+        sizes = {1: (0, 1), 2: (0, 1)}
+        domain = BusyDomain(self.path, lambda n: 0)
+        domain.job = True
+
+        def info(dev, flags):
+            domain.looks += 1
+            cur, end = sizes.get(domain.looks, (
+                domain.looks * 2 ** 20, 300 * 2 ** 20))
+            return {'cur': cur, 'end': end}
+        domain.blockJobInfo = info
+        self.useFixture(fixtures.MockPatch(
+            'prealloc_backend.adoption.live._mirror_ready',
+            lambda dom, dev: (True, domain.looks >= 300)))
+        live._wait_ready(domain, 'vda', None, lambda: False,
+                         live.CopyLimits(stall=30, clock=Clock(step=1.0)))
+        self.assertEqual(300, domain.looks)
 
     def test_a_copy_that_converges_is_not_given_up(self):
         # The same stall time: the copy is in step (ready) after 20 looks,

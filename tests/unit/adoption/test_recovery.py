@@ -116,7 +116,7 @@ class TestRecovery(base.TestCase):
         exc = self.assertRaises(recovery.AlreadyRunning, recovery.host_lock,
                                 self.top, 'h1', wait=0.2)
         self.assertIn("or nova-compute's start is recovering", str(exc))
-        self.assertIn('waited 0 s', str(exc))
+        self.assertIn('waited 0.2 s', str(exc))
         fd = recovery.host_lock(self.top, 'h1', wait=30)
         os.close(fd)
         self.assertIsNotNone(holder.poll())

@@ -219,14 +219,14 @@ class _InstanceDir(base.TestCase):
         return Domain(xml, {'vda': capacity}, active=active)
 
     def adopt(self, domain, mode='space', dry_run=False, root_gb=0,
-              vm_state='stopped'):
+              vm_state='stopped', swap=0):
         self.flags(group='prealloc_backend', mode=mode)
         conn = types.SimpleNamespace(lookup=lambda uuid: domain)
         inst = Instance()
         inst.host = 'h1'
         inst.vm_state = vm_state
         inst.flavor = types.SimpleNamespace(extra_specs={}, root_gb=root_gb,
-                                            ephemeral_gb=0, swap=0)
+                                            ephemeral_gb=0, swap=swap)
         adopt.adopt_instance(None, conn, inst, self.report, dry_run=dry_run)
         self.claims = inst.saved
         return self.report.out.getvalue()
@@ -307,6 +307,19 @@ class TestNovaRecordsDecide(_InstanceDir):
         out = self.adopt(self.domain('qcow2', units.Gi), root_gb=2)
         self.assertIn('its flavor %d' % (2 * units.Gi), out)
         self.assert_left_alone(before)
+
+    def test_swap_and_ephemeral_sizes_are_their_mappings(self):
+        # A swap block device mapping of 512 MiB on a flavor of 1 GiB of
+        # swap (nova's API allows any size up to it): judged, not refused.
+        self.disk = os.path.join(self.dir, 'disk.swap')
+        self.overlay(512 * units.Mi)
+        record(self.dir, **{'disk.swap': 'qcow2'})
+        self.assertIsNone(adopt.flavor_size(
+            types.SimpleNamespace(root_gb=1, ephemeral_gb=2, swap=1024),
+            'disk.swap'))
+        out = self.adopt(self.domain('qcow2', 512 * units.Mi), root_gb=1,
+                         swap=1024, dry_run=True)
+        self.assertIn('would adopt %s' % self.disk, out)
 
     def test_an_overlay_by_every_record_is_judged(self):
         self.overlay(units.Gi)
@@ -533,7 +546,8 @@ class TestCopyThatDoesNotConverge(_InstanceDir):
                                  report=self.report)
         out = report.out.getvalue()
         self.assertIn('instance uuid vda: not adopted: %s: the block copy '
-                      'of vda did not come into step: no progress for 1 s'
+                      'of vda did not come into step: no new low of the '
+                      'bytes left for 1 s'
                       % self.disk, out)
         self.assertIn('the copy was undone, the guest stays on its '
                       'original disk', out)

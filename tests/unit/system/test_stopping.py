@@ -19,6 +19,7 @@ import io
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -269,3 +270,22 @@ class TestHooksTestCase(base.TestCase):
         self.assertTrue(stopping.test_point('child:x'))
         self.assertFalse(stopping.test_point('child:x'))
         self.assertEqual('stopping: at child:x\n', self.said())
+
+
+class TestSecondsSinceStart(base.TestCase):
+
+    def test_as_ps_counts_it(self):
+        # ps's etimes: the kernel's elapsed time of the process, in whole
+        # seconds (this test process has run for a while already).
+        ours = stopping.seconds_since_start()
+        ps = subprocess.run(['ps', '-o', 'etimes=', '-p', str(os.getpid())],
+                            capture_output=True, text=True, check=True)
+        self.assertLess(abs(ours - int(ps.stdout)), 2)
+
+    def test_a_new_process_is_young(self):
+        out = subprocess.run(
+            [sys.executable, '-c', 'from prealloc_backend.system import '
+             'stopping; print(stopping.seconds_since_start())'],
+            capture_output=True, text=True, check=True)
+        self.assertLess(float(out.stdout), 30)
+        self.assertGreaterEqual(float(out.stdout), 0)
