@@ -117,6 +117,11 @@ SETTLE_TIMEOUT = 30
 # is given up (a guest writing faster than the copy's rate keeps it from
 # coming into step): the default of ``adopt --stall-timeout``.
 STALL_TIMEOUT = 120
+# What QEMU's mirror copies at once before its rate limit makes it wait
+# (its default buffer, DEFAULT_MIRROR_BUF_SIZE: 16 in-flight requests of
+# 1 MiB); seen on QEMU 7.2: 16 MiB of a 32 MiB copy at once, then nothing
+# for as long as the rate takes to pay it back.
+MIRROR_BURST = 16 * 2 ** 20
 # The copy's bound: it may copy COPY_FACTOR times what it had to copy at
 # its start (a guest rewriting its disk faster than the copy makes it copy
 # the same clusters again and again).
@@ -161,10 +166,20 @@ class CopyLimits:
     rate: int | None = None
     factor: float = COPY_FACTOR
     clock: object = time.monotonic
+    burst: int = MIRROR_BURST
 
     def work(self, to_copy):
         """Bytes the copy may copy in all, ``to_copy`` at its start."""
         return self.factor * max(to_copy, READY_SLACK)
+
+    @property
+    def quiet(self):
+        """Seconds without a new low before the copy is given up: the
+        stall time, plus the time a rate-limited copy waits after a burst
+        (QEMU's mirror copies up to ``burst`` bytes at once, then sleeps
+        until its rate is paid back: with --max-rate 0.1, 160 s).
+        """
+        return self.stall + (self.burst / self.rate if self.rate else 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -543,7 +558,7 @@ def _wait_ready(domain, dev, progress, cancelled, limits):
     READY_SLACK_SECONDS left, READY_SLACK bytes at least (the guest is then
     paused for its pivot, the rest copied unthrottled: milliseconds).
     Raises NotConverging when the bytes left have made no new low for
-    ``limits.stall`` seconds, or the copy has copied ``limits.factor``
+    ``limits.quiet`` seconds, or the copy has copied ``limits.factor``
     times what it had to copy when it started without coming into step
     (limits.work): a guest writing faster than the copy's rate would keep
     it (and the host's adopt lock, and ``--all``'s next instances) waiting
@@ -580,7 +595,7 @@ def _wait_ready(domain, dev, progress, cancelled, limits):
                 work = limits.work(job['end'])
             if lowest is None or left < lowest:
                 lowest, low_at = left, now
-        stalled = now - low_at > limits.stall
+        stalled = now - low_at > limits.quiet
         if stalled or (work is not None and copied > work):
             raise NotConverging(
                 'the block copy of %s did not come into step: %s, %.1f MiB '
@@ -588,7 +603,7 @@ def _wait_ready(domain, dev, progress, cancelled, limits):
                 'than the copy; run adopt again with a higher --max-rate '
                 'or at a quieter time'
                 % (dev, 'no new low of the bytes left for %d s'
-                   % limits.stall if stalled else
+                   % limits.quiet if stalled else
                    'it copied %.1f MiB, %g times what it had to copy at '
                    'its start' % (copied / 2 ** 20, limits.factor),
                    left / 2 ** 20, now - start,

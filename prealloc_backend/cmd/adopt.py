@@ -312,7 +312,8 @@ def _progress_printer(report, uuid):
 
 
 def adopt_instance(context, conn, instance, report, dry_run=False,
-                   bandwidth=None, stop=None, stall=live.STALL_TIMEOUT):
+                   bandwidth=None, stop=None, stall=live.STALL_TIMEOUT,
+                   limits=None):
     """Adopt the disks of one nova Instance of this host."""
     from nova.compute import vm_states
     uuid = instance.uuid
@@ -415,7 +416,8 @@ def adopt_instance(context, conn, instance, report, dry_run=False,
             _adopt_disk(domain, running, uuid, dev, path, checked, facts,
                         verdict, report, bandwidth, stop,
                         reconnect=lambda: conn.lookup(uuid),
-                        limits=live.CopyLimits(stall=stall, rate=bandwidth))
+                        limits=limits or live.CopyLimits(stall=stall,
+                                                         rate=bandwidth))
             # After a restart of libvirtd the next disk needs a live one.
             domain = conn.lookup(uuid)
             if domain is None:
@@ -504,7 +506,7 @@ def _zeroed_note(path, plan):
 
 
 def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
-          stop=None, report=None, stall=live.STALL_TIMEOUT):
+          stop=None, report=None, stall=live.STALL_TIMEOUT, limits=None):
     """The command's work, with nova's objects and a libvirt connection
     ready (opened again when libvirtd restarts): returns the Report.
     """
@@ -548,7 +550,7 @@ def adopt(context, conn, uuids=None, dry_run=False, bandwidth=None,
             try:
                 adopt_instance(context, conn, instance, report,
                                dry_run=dry_run, bandwidth=bandwidth,
-                               stop=stop, stall=stall)
+                               stop=stop, stall=stall, limits=limits)
             except stopping.Stopped:
                 break
             except Exception as exc:

@@ -542,7 +542,7 @@ class TestCopyThatDoesNotConverge(_InstanceDir):
         with mock.patch('nova.objects.InstanceList.get_by_host',
                         return_value=[first, second]):
             report = adopt.adopt(None, Conn({'uuid': busy, 'other': other}),
-                                 bandwidth=units.Mi, stall=1,
+                                 bandwidth=None, stall=1,
                                  report=self.report)
         out = report.out.getvalue()
         self.assertIn('instance uuid vda: not adopted: %s: the block copy '
