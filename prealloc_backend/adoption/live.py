@@ -679,12 +679,17 @@ def recover(domain, path):
     new = path + NEW_SUFFIX
     orig = path + ORIG_SUFFIX
     if record is None:
+        # A journal write killed before its rename leaves its temporary
+        # file: never a journal, whatever else is left.
+        tmp_journal = fileops.remove(journal_path(path) + '.tmp')
         if os.path.lexists(new):
             # Made, never swapped in (the journal is written before the
             # swap): a kill while making it.
             fileops.remove(new)
-            fileops.remove(journal_path(path) + '.tmp')
             return 'removed %s (a target never used)' % new
+        if tmp_journal:
+            return ('removed %s (a journal never written)'
+                    % (journal_path(path) + '.tmp'))
         return None
     phase = record['phase']
     if phase == OFFLINE:

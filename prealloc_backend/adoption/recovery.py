@@ -188,7 +188,9 @@ def leftovers(instances_path, uuid='*'):
     """
     top = glob.escape(instances_path)
     found = set()
-    for suffix in (live.JOURNAL_SUFFIX, live.NEW_SUFFIX, live.ORIG_SUFFIX):
+    # The journal's temporary file too: a kill inside its write.
+    for suffix in (live.JOURNAL_SUFFIX, live.JOURNAL_SUFFIX + '.tmp',
+                   live.NEW_SUFFIX, live.ORIG_SUFFIX):
         for path in glob.glob(os.path.join(top, glob.escape(uuid)
                                            if uuid != '*' else '*',
                                            '*' + suffix)):

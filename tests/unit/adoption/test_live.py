@@ -133,6 +133,16 @@ class TestRecover(_DiskFiles):
         self.assertIsNone(live.recover(self.domain(), self.path))
         self.assertEqual(['disk'], self.left())
 
+    def test_journal_cut_before_its_rename_is_removed(self):
+        # A kill inside the journal's write (fileops.write_file), before
+        # its rename: only its temporary file, no target.
+        self.write(self.path, 'guest')
+        self.write(live.journal_path(self.path) + '.tmp', '{"pha')
+        self.assertIn('a journal never written',
+                      live.recover(self.domain(), self.path))
+        self.assertEqual(['disk'], self.left())
+        self.assertEqual('guest', self.read(self.path))
+
     def test_target_never_swapped_in_is_removed(self):
         self.write(self.path, 'guest')
         self.write(self.new, 'target')

@@ -83,7 +83,10 @@ class TestRecovery(base.TestCase):
         with open(live.journal_path(b), 'w'):
             pass
         self.disk('c')
-        self.assertEqual([a, b], recovery.leftovers(self.top))
+        d = self.disk('d')
+        with open(live.journal_path(d) + '.tmp', 'w'):
+            pass
+        self.assertEqual([a, b, d], recovery.leftovers(self.top))
         self.assertEqual([b], recovery.leftovers(self.top, 'b'))
         self.assertEqual([], recovery.leftovers(self.top, 'c'))
 
