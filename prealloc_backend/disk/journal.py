@@ -107,21 +107,26 @@ class Journal:
                 record.get('process') == PROCESS):
             return None
         tmp = self.disk + CONVERT_SUFFIX
-        fmt = 'raw'
         if record['phase'] == CONVERTING and os.path.exists(tmp):
             LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
                         'before the new file was published: it stays raw',
                         {'disk': self.disk})
+            # The journal goes first, the new file after: a crash between
+            # the two leaves the file without a journal (removed by the
+            # next recover() as never published; disk.info still says
+            # raw), never a 'converting' journal without the file, which
+            # reads as published and would record the raw disk qcow2.
+            self.discard()
             fileops.remove(tmp)
-        else:
-            LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
-                        'after the new file was published: recorded qcow2',
-                        {'disk': self.disk})
-            formats.record_format(self.disk, 'qcow2')
-            fmt = 'qcow2'
-        fileops.remove(self.path + '.part')
-        fileops.remove(self.path)
-        return fmt
+            return 'raw'
+        LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
+                    'after the new file was published: recorded qcow2',
+                    {'disk': self.disk})
+        # disk.info first, the journal after: a crash between the two
+        # finds the journal again and records qcow2 again.
+        formats.record_format(self.disk, 'qcow2')
+        self.discard()
+        return 'qcow2'
 
     def recover(self):
         """Recover from a crash before this disk's work starts: a
@@ -142,6 +147,9 @@ class Journal:
                         'in this process: left to it', {'disk': self.disk})
             return
         fileops.remove(self.path + '.part')
+        # A disk.info write a crash cut before its rename (the record
+        # itself is whole: the old one).
+        formats.remove_partial_record(self.disk)
         if not os.path.exists(self.path):
             fileops.remove(self.disk + TMP_SUFFIX)
             fileops.remove(self.disk + CONVERT_SUFFIX)

@@ -89,6 +89,41 @@ class ReconcileTestCase(base.TestCase):
         self.assertEqual('raw', journal.Journal(self.disk).reconcile())
         self.assert_reconciled('raw')
 
+    def test_a_crash_inside_the_rollback_leaves_the_disk_raw(self):
+        # Killed right after the rollback's first removal: the next
+        # reconcile must still read a raw disk (removing the new file
+        # first, then the journal, left 'converting' without the file,
+        # which reads as published: qcow2 recorded over a raw disk).
+        self.journal(journal.CONVERTING)
+        with open(self.disk + journal.CONVERT_SUFFIX, 'wb') as f:
+            f.write(b'QFI\xfb new')
+        remove = fileops.remove
+
+        def killed_after_one(path):
+            if remove(path):
+                raise SystemExit('killed')
+            return False
+
+        with mock.patch.object(fileops, 'remove', killed_after_one):
+            self.assertRaises(SystemExit,
+                              journal.Journal(self.disk).reconcile)
+        journal.Journal(self.disk).reconcile()
+        self.assertEqual('raw', formats.disk_info_format(self.info,
+                                                         self.disk))
+        journal.Journal(self.disk).recover()
+        self.assert_reconciled('raw')
+
+    def test_a_crash_inside_the_finish_records_qcow2_again(self):
+        self.journal(journal.CONVERTING)
+        with mock.patch.object(fileops, 'remove',
+                               side_effect=SystemExit('killed')):
+            self.assertRaises(SystemExit,
+                              journal.Journal(self.disk).reconcile)
+        self.assertEqual('qcow2', formats.disk_info_format(self.info,
+                                                           self.disk))
+        self.assertEqual('qcow2', journal.Journal(self.disk).reconcile())
+        self.assert_reconciled('qcow2')
+
     def test_converting_once_renamed_is_finished(self):
         self.journal(journal.CONVERTING)
         self.assertEqual('qcow2', journal.Journal(self.disk).reconcile())
