@@ -165,15 +165,20 @@ def counted_end(path):
                                                  length))
         entries = struct.unpack('>%dQ' % (table_bytes // 8), table)
         end = 0
+        # Each block read once, however many entries name it (a table
+        # naming one block a million times reads it once).
+        lasts = {}
         for index in range(in_file // per_block, len(entries)):
             offset = entries[index] & _REFTABLE_OFFSET_MASK
             if not offset:
                 continue
-            block = _pread(fd, offset, cluster)
-            if len(block) < cluster:
-                _fail(path, 'refcount block %d at %d passes the end of the '
-                      'file (%d bytes)' % (index, offset, length))
-            last = _last_counted(block, order)
+            if offset not in lasts:
+                block = _pread(fd, offset, cluster)
+                if len(block) < cluster:
+                    _fail(path, 'refcount block %d at %d passes the end of '
+                          'the file (%d bytes)' % (index, offset, length))
+                lasts[offset] = _last_counted(block, order)
+            last = lasts[offset]
             if last is not None:
                 end = max(end, (index * per_block + last + 1) * cluster)
         return length, in_file * cluster, end

@@ -19,6 +19,7 @@ import os
 import struct
 import subprocess
 
+import fixtures
 from oslo_utils import units
 
 from prealloc_backend.disk import refcount
@@ -176,3 +177,26 @@ class TestBadHeaders(RefcountTestCase):
         # A second refcount block, far past the end.
         self._poke(table + 8, '>Q', 1 << 40)
         self._refused('refcount block 1 at %d passes the end' % (1 << 40))
+
+    def test_a_table_naming_one_block_again_and_again_reads_it_once(self):
+        self.make()
+        with open(self.disk, 'rb') as f:
+            f.seek(48)
+            table = struct.unpack('>Q', f.read(8))[0]
+            f.seek(table)
+            first = f.read(8)
+        with open(self.disk, 'r+b') as f:
+            f.seek(table)
+            f.write(first * 8192)
+        reads = []
+        pread = os.pread
+
+        def counting(fd, length, offset):
+            reads.append(length)
+            return pread(fd, length, offset)
+
+        self.useFixture(fixtures.MockPatchObject(refcount.os, 'pread',
+                                                 counting))
+        refcount.counted_end(self.disk)
+        # The header, the table, one block.
+        self.assertEqual(3, len(reads))
