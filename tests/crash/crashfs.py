@@ -30,6 +30,11 @@ leave (Model.views), as LazyFS does for Jepsen:
   committed the renames and unlinks for some other reason) but each
   file's data only as flushed: a rename published before its file was
   flushed names an empty file.
+
+cut_points() chooses where a log is cut (every request but the writes,
+which may be sampled), replay() gives the states at those cuts, and a
+Mount holding such a state (its files all on the device) serves the
+recovery that follows, so that the recovery's own log is cut in turn.
 """
 
 import ctypes
