@@ -88,9 +88,11 @@ REPORT = os.environ.get('PREALLOC_CRASH_REPORT', '/tmp/prealloc-crash.txt')
 def _run(*args, ok=(0,)):
     proc = subprocess.run(args, capture_output=True, text=True)
     if proc.returncode not in ok:
-        raise AssertionError('%s: exit %d: %s%s' % (
-            ' '.join(args), proc.returncode, proc.stdout[-300:],
-            proc.stderr[-300:]))
+        # One line per failure in the report.
+        said = ' | '.join(line for line in (proc.stdout + proc.stderr)
+                          .splitlines() if line.strip())
+        raise AssertionError('%s: exit %d: %s' % (
+            ' '.join(args), proc.returncode, said[-400:]))
     return proc
 
 
