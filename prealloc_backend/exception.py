@@ -130,6 +130,15 @@ class QemuImgOutputError(PreallocError):
     msg_fmt = 'Unexpected output of %(cmd)s: %(reason)s; output was %(output)r'
 
 
+class Qcow2RefcountError(PreallocError):
+    """A qcow2 file's refcounts could not be read, or qemu-img check found
+    more than leaks (disk/refcount.py): left as it is.
+    """
+    msg_fmt = ('Cannot mend the refcounts of qcow2 disk %(path)s before '
+               'growing it: %(reason)s; it is left as it is (qemu-img check '
+               '-f qcow2 on it tells more)')
+
+
 class InvalidPath(PreallocError, nova_exception.Invalid):
     msg_fmt = 'Refusing to preallocate %(path)r: %(reason)s'
 

@@ -207,16 +207,26 @@ def check_qcow2_disk(path):
     return Checked(backing, backing_fmt, info)
 
 
+# nova's temporary name for a disk.info being written (imagebackend's
+# write_to_disk_info_file), which record_format uses too.
+DISK_INFO_TMP_SUFFIX = '.tmp'
+
+
+def _disk_info_lock(disk_info_path):
+    # nova's own lock around its disk.info writes.
+    return nova_utils.synchronized(
+        disk_info_path, external=False,
+        lock_path=os.path.join(CONF.instances_path, 'locks'))
+
+
 def record_format(path, fmt):
     """Record ``fmt`` as the format of ``path`` in its directory's
     disk.info (nova's record), replacing any entry it had: written to a
     temporary file renamed into place, as nova writes it, durably.
     """
     disk_info_path = os.path.join(os.path.dirname(path), 'disk.info')
-    lock_path = os.path.join(CONF.instances_path, 'locks')
 
-    @nova_utils.synchronized(disk_info_path, external=False,
-                             lock_path=lock_path)
+    @_disk_info_lock(disk_info_path)
     def write():
         try:
             with open(disk_info_path) as f:
@@ -231,9 +241,29 @@ def record_format(path, fmt):
         dct[path] = fmt
         # Flushed before and after the rename (fileops.write_file): a power
         # cut leaves the old record or the new, never an empty file.
-        fileops.write_file(disk_info_path, '%s\n' % json.dumps(dct))
+        fileops.write_file(disk_info_path, '%s\n' % json.dumps(dct),
+                           suffix=DISK_INFO_TMP_SUFFIX)
 
     write()
+
+
+def remove_partial_record(path):
+    """Remove the temporary disk.info a crash left beside the disk at
+    ``path`` (record_format's or nova's, killed before its rename), under
+    the lock of the writers: disk.info itself is the old record, whole.
+    NOTE(nova): nova opens that file without O_TRUNC and writes over it:
+    a longer file left there would leave its tail after nova's record.
+    """
+    disk_info_path = os.path.join(os.path.dirname(path), 'disk.info')
+    tmp = disk_info_path + DISK_INFO_TMP_SUFFIX
+    if not os.path.lexists(tmp):
+        return
+
+    @_disk_info_lock(disk_info_path)
+    def remove():
+        fileops.remove(tmp)
+
+    remove()
 
 
 def disk_info_format(disk_info_path, path):

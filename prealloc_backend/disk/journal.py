@@ -24,6 +24,8 @@ import uuid
 from oslo_log import log as logging
 
 from prealloc_backend.disk import formats
+from prealloc_backend.disk import refcount
+from prealloc_backend import exception
 from prealloc_backend.system import fileops
 
 LOG = logging.getLogger(__name__)
@@ -40,6 +42,10 @@ CONVERT_SUFFIX = '_qcow'
 # the device, before disk.info is rewritten.
 CONVERTING = 'converting'
 READY = 'ready'
+# A qcow2 disk's growth (qcow2.grow), with the file's length before it:
+# recover() frees what a growth cut short left (refcount.mend) and cuts
+# the file back, keeping the disk.
+GROWING = 'growing'
 # This process's mark in a conversion's journal: reconcile() leaves a
 # conversion this same process may still be carrying out (another thread
 # resolving the disk's format meanwhile) to that process. A crash ends the
@@ -54,7 +60,13 @@ class Journal:
     work is killed) before the journal is removed, the next attempt on the
     same disk finds it: a disk this plugin was *creating* is removed (it may
     be half-made), a disk that existed before is kept (its data is intact;
-    the allocation is simply done again).
+    the allocation is simply done again; a qcow2 growth cut short is
+    mended first, see GROWING).
+
+    Every removal is ordered so that a crash inside it leaves a state the
+    next recovery reads right: what the journal describes goes before the
+    journal, except a conversion's new file, which goes after it (see
+    reconcile()).
     """
 
     def __init__(self, path):
@@ -95,21 +107,26 @@ class Journal:
                 record.get('process') == PROCESS):
             return None
         tmp = self.disk + CONVERT_SUFFIX
-        fmt = 'raw'
         if record['phase'] == CONVERTING and os.path.exists(tmp):
             LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
                         'before the new file was published: it stays raw',
                         {'disk': self.disk})
+            # The journal goes first, the new file after: a crash between
+            # the two leaves the file without a journal (removed by the
+            # next recover() as never published; disk.info still says
+            # raw), never a 'converting' journal without the file, which
+            # reads as published and would record the raw disk qcow2.
+            self.discard()
             fileops.remove(tmp)
-        else:
-            LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
-                        'after the new file was published: recorded qcow2',
-                        {'disk': self.disk})
-            formats.record_format(self.disk, 'qcow2')
-            fmt = 'qcow2'
-        fileops.remove(self.path + '.part')
-        fileops.remove(self.path)
-        return fmt
+            return 'raw'
+        LOG.warning('%(disk)s: its conversion to qcow2 was interrupted '
+                    'after the new file was published: recorded qcow2',
+                    {'disk': self.disk})
+        # disk.info first, the journal after: a crash between the two
+        # finds the journal again and records qcow2 again.
+        formats.record_format(self.disk, 'qcow2')
+        self.discard()
+        return 'qcow2'
 
     def recover(self):
         """Recover from a crash before this disk's work starts: a
@@ -130,6 +147,9 @@ class Journal:
                         'in this process: left to it', {'disk': self.disk})
             return
         fileops.remove(self.path + '.part')
+        # A disk.info write a crash cut before its rename (the record
+        # itself is whole: the old one).
+        formats.remove_partial_record(self.disk)
         if not os.path.exists(self.path):
             fileops.remove(self.disk + TMP_SUFFIX)
             fileops.remove(self.disk + CONVERT_SUFFIX)
@@ -150,6 +170,9 @@ class Journal:
                         '(journal %(journal)s found); it will be created '
                         'again', {'disk': self.disk, 'journal': self.path})
             fileops.remove(self.disk)
+        elif (record and record.get('phase') == GROWING and
+                os.path.exists(self.disk)):
+            self._mend(record.get('length'))
         fileops.remove(self.disk + TMP_SUFFIX)
         # A conversion's file (nova's, or qcow2.convert_raw's) that a crash
         # left before its journal said 'converting': never published.
@@ -157,6 +180,27 @@ class Journal:
         # Last, once the removals above are on the device: a crash before
         # it finds the journal again and does the same.
         fileops.remove(self.path)
+
+    def _mend(self, length):
+        """A qcow2 growth a crash cut: the disk is the old one or the new
+        one (qemu-img writes the new virtual size last); what the cut
+        growth left (clusters counted past the file's end, leaked ones
+        inside it) is freed and the file cut back to its ``length`` before
+        the growth (refcount.mend), so that the next growth completes.
+        A disk that cannot be mended is left as it is: the next growth
+        mends it again before it starts, or refuses it.
+        """
+        if not isinstance(length, int) or isinstance(length, bool) or \
+                length < 0:
+            length = None
+        LOG.warning('%(disk)s: its growth was interrupted (journal '
+                    '%(journal)s found): the disk is kept; freeing what the '
+                    'growth left', {'disk': self.disk, 'journal': self.path})
+        try:
+            refcount.mend(self.disk, length)
+        except (exception.PreallocError, OSError) as exc:
+            LOG.warning('%(disk)s: not mended (%(err)s): left as it is',
+                        {'disk': self.disk, 'err': exc})
 
     def _write(self, record):
         # Written aside, flushed and renamed, the directory flushed: a
@@ -166,6 +210,12 @@ class Journal:
 
     def begin(self, created):
         self._write({'created': created})
+
+    def growing(self, length):
+        """Record a qcow2 growth of the disk, whose file is ``length``
+        bytes long before it (see recover()).
+        """
+        self._write({'created': False, 'phase': GROWING, 'length': length})
 
     def phase(self, phase, mine=True):
         """Record a conversion's phase (CONVERTING, READY): see

@@ -35,6 +35,7 @@ from oslo_utils import fileutils
 from prealloc_backend.disk import formats
 from prealloc_backend.disk import journal
 from prealloc_backend.disk import qemu
+from prealloc_backend.disk import refcount
 from prealloc_backend import exception
 from prealloc_backend.planner import diskplan
 from prealloc_backend.planner import qcow2_layout
@@ -109,14 +110,35 @@ def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
 
 def grow(path, old_size, plan, timeout=None):
     """Grow the qcow2 disk at ``path`` to ``plan.virtual_size`` with the
-    plan's preallocation of the new area.
+    plan's preallocation of the new area, inside the journal cache()
+    began for it.
+
+    A growth cut short (a kill, a power cut, a timeout's kill) leaves the
+    old disk, and may leave clusters counted past the file's end, on
+    which QEMU's next preallocating growth aborts (refcount.py): mended
+    first (refcount.mend; nothing to do, a read of the refcount table's
+    tail, on a disk no cut growth touched). The journal records the
+    file's length before the growth, for the recovery of a crash
+    (journal.Journal.recover); a failed growth is mended at once.
     """
     size = plan.virtual_size
     LOG.info('Growing %(path)s from %(old)d to %(new)d bytes with '
              'preallocation=%(prealloc)s',
              {'path': path, 'old': old_size, 'new': size,
               'prealloc': plan.preallocation.value})
-    qemu.resize(path, 'qcow2', size, plan.preallocation, timeout=timeout)
+    refcount.mend(path, timeout=timeout)
+    length = os.stat(path).st_size
+    journal.Journal(path).growing(length)
+    try:
+        qemu.resize(path, 'qcow2', size, plan.preallocation,
+                    timeout=timeout)
+    except BaseException:
+        try:
+            refcount.mend(path, length, timeout=timeout)
+        except Exception:
+            LOG.exception('%s: a failed growth could not be mended: the '
+                          'next growth tries again', path)
+        raise
     # qemu-img flushes what it wrote; flushed again here, so that the
     # grown disk is on the device when the journal is removed.
     fileops.sync(path)

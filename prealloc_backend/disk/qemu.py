@@ -176,6 +176,27 @@ def resize(path, fmt, size, preallocation, timeout=None):
     execute(*args, heavy=preallocation.heavy, timeout=timeout, path=path)
 
 
+def repair_leaks(path, timeout=None):
+    """``qemu-img check -f qcow2 -r leaks`` of ``path``: the clusters its
+    refcounts count and no table references are freed (never one that is
+    referenced). Returns qemu-img's JSON after the repair, checked (an
+    int ``image-end-offset``: the end of the last cluster counted or
+    referenced). Raises QemuImgError where it finds more than leaks or
+    cannot finish (exit 1 or 2: corruption it does not repair, a running
+    QEMU's image lock), and QemuImgOutputError where errors remain.
+    """
+    args = ['check', '-f', 'qcow2', '-r', 'leaks', '--output=json', path]
+    out = execute(*args, timeout=timeout, path=path)
+    data = _json(args, out, {'image-end-offset': int})
+    for key in ('corruptions', 'leaks', 'check-errors'):
+        if data.get(key):
+            raise exception.QemuImgOutputError(
+                cmd=' '.join([QEMU_IMG] + args),
+                reason='%s: %r after the repair' % (key, data[key]),
+                output=out[:200])
+    return data
+
+
 # Destination cache modes of ``qemu-img convert`` that honour flushes:
 # qemu-img's own default for convert, 'unsafe', ignores them (the image's
 # tables may never reach the device before the file is published).

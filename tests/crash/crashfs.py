@@ -30,11 +30,17 @@ leave (Model.views), as LazyFS does for Jepsen:
   committed the renames and unlinks for some other reason) but each
   file's data only as flushed: a rename published before its file was
   flushed names an empty file.
+
+cut_points() chooses where a log is cut (every request but the writes,
+which may be sampled), replay() gives the states at those cuts, and a
+Mount holding such a state (its files all on the device) serves the
+recovery that follows, so that the recovery's own log is cut in turn.
 """
 
 import ctypes
 import ctypes.util
 import errno
+import hashlib
 import os
 import pickle
 import stat
@@ -153,6 +159,48 @@ class Model:
             'power-meta': {n: self.p_data.get(i, b'')
                            for n, i in self.dir.items()},
         }
+
+
+def cut_points(log, write_cuts=None):
+    """The points at which ``log`` is cut: before the first request, after
+    every request that is not a write, after the last; after every write,
+    or, where ``write_cuts`` is given and there are more writes, after
+    ``write_cuts`` of them evenly spaced (deterministic: the same log is
+    always cut at the same points).
+    """
+    cuts = {0, len(log)}
+    cuts.update(i for i in range(1, len(log) + 1)
+                if log[i - 1][0] != 'write')
+    writes = [i for i in range(1, len(log) + 1) if log[i - 1][0] == 'write']
+    if write_cuts is not None and len(writes) > write_cuts:
+        if write_cuts <= 1:
+            writes = writes[-write_cuts:] if write_cuts else []
+        else:
+            step = (len(writes) - 1) / (write_cuts - 1)
+            writes = [writes[round(k * step)] for k in range(write_cuts)]
+    cuts.update(writes)
+    return sorted(cuts)
+
+
+def replay(initial, log, cuts):
+    """(cut, variant, files) of each crash state at each of ``cuts``
+    (ascending) of ``log`` run on a Model holding ``initial``.
+    """
+    model = Model(initial)
+    done = 0
+    for cut in cuts:
+        while done < cut:
+            model.apply(log[done])
+            done += 1
+        for variant, files in sorted(model.views().items()):
+            yield cut, variant, files
+
+
+def state_key(files):
+    """A digest of a state's names and bytes ({name: bytes})."""
+    return hashlib.sha256(repr(sorted(
+        (n, hashlib.sha256(d).digest()) for n, d in files.items())).encode()
+    ).digest()
 
 
 class Server:

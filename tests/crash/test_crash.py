@@ -10,40 +10,57 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Crash consistency: each disk operation cut at every state change.
+"""Crash consistency: each rewrite cut at every state change, its
+recovery cut again, then the rewrite retried.
 
-Each operation runs with the instance directory on crashfs (a FUSE
-filesystem that logs every state change, see crashfs.py); then every
-prefix of its log is replayed into three crash states (kill -9, a power
-cut, a power cut after the filesystem committed the directory), each
-written out at the same path, and checked after the next cache()'s
-recovery (the journal's recover(), which reconciles a conversion):
+Each rewrite runs with the instance directory on crashfs (a FUSE
+filesystem that logs every state change, see crashfs.py); then each cut
+of its log is replayed into three crash states (kill -9, a power cut, a
+power cut after the filesystem committed the directory). Each state is
+loaded into crashfs again and the next start's recovery runs there (the
+journal's recover(), which reconciles a conversion and mends a growth;
+for an adoption, live.recover first): each cut of the recovery's own log
+is replayed the same way, written out at the same paths, recovered again
+(off crashfs) and checked:
 
 * the disk nova would open is the old disk or the new one, complete:
-  ``qemu-img check`` finds no corruption, the virtual size is the old or
-  the new one, every byte the guest wrote reads back (qemu-img compare
-  with a raw reference), disk.info agrees with the header;
-* once the operation returned, only the new disk (its success survives
-  a power cut);
-* no journal and no temporary file is left.
+  ``qemu-img check`` finds nothing, not even a leak; the virtual size is
+  the old or the new one; every byte the guest wrote reads back
+  (qemu-img compare with a raw reference); disk.info, where it names the
+  disk, agrees with the header;
+* once the rewrite returned, only the new disk (its success survives a
+  power cut);
+* no journal and no temporary file is left;
 
-Cut points: after every request; past ``WRITE_CUTS`` writes in one
-operation its writes are sampled, evenly spaced (deterministic; no
-operation here reaches it); a state already checked (same files, same
-bytes) is not checked again.
-Per operation, the points seen, cut and states checked are printed and
-appended to $PREALLOC_CRASH_REPORT (default /tmp/prealloc-crash.txt).
+then the rewrite is retried as the next attempt would (what is already
+done is not done again) and the disk checked again: it must be the new
+one, complete. Checked and retried once per distinct recovered state
+(the same files give the same verdicts).
+
+Cut points (crashfs.cut_points): before the first request, after every
+request, writes included; with ``PREALLOC_CRASH_SAMPLE=1`` after every
+request that is not a write, after the last, and after at most
+WRITE_CUTS writes of a rewrite (RECOVERY_WRITE_CUTS of a recovery),
+evenly spaced (deterministic). A state already checked (same files, same
+bytes) is not checked again. Per rewrite, the requests, the cuts, the
+distinct crash states, the recoveries' requests, the states recovered
+again and the retries are printed and appended to
+$PREALLOC_CRASH_REPORT (default /tmp/prealloc-crash.txt).
 """
 
-import hashlib
+import collections
+import json
 import os
 import shutil
 import subprocess
+import unittest
 
 from oslo_utils import units
 
+from prealloc_backend.adoption import live
 from prealloc_backend import conf
 from prealloc_backend.disk import allocate
+from prealloc_backend.disk import extend
 from prealloc_backend.disk import formats
 from prealloc_backend.disk import journal
 from prealloc_backend.disk import qcow2
@@ -57,8 +74,17 @@ from tests import fixtures as pb_fixtures
 
 SIZE = 4 * units.Mi
 GROWN = 8 * units.Mi
-WRITE_CUTS = 1024
+# The base image's size: past it, an overlay's preallocated clusters show
+# in qemu-img map (within it, they read through to the backing file).
+BASE_SIZE = 2 * units.Mi
+# Every write is cut: the whole fits README's test line (the figures:
+# doc/source/contributor/testing.rst). PREALLOC_CRASH_SAMPLE=1 cuts at
+# most 8 writes of a rewrite and 4 of a recovery, evenly spaced.
+SAMPLE = os.environ.get('PREALLOC_CRASH_SAMPLE') == '1'
+WRITE_CUTS = 8 if SAMPLE else None
+RECOVERY_WRITE_CUTS = 4 if SAMPLE else None
 QCOW2_MAGIC = b'QFI\xfb'
+ADOPT_JOURNAL_TMP = 'disk' + live.JOURNAL_SUFFIX + '.tmp'
 PA = qcow2_layout.Qcow2Preallocation
 REPORT = os.environ.get('PREALLOC_CRASH_REPORT', '/tmp/prealloc-crash.txt')
 
@@ -66,9 +92,11 @@ REPORT = os.environ.get('PREALLOC_CRASH_REPORT', '/tmp/prealloc-crash.txt')
 def _run(*args, ok=(0,)):
     proc = subprocess.run(args, capture_output=True, text=True)
     if proc.returncode not in ok:
-        raise AssertionError('%s: exit %d: %s%s' % (
-            ' '.join(args), proc.returncode, proc.stdout[-300:],
-            proc.stderr[-300:]))
+        # One line per failure in the report.
+        said = ' | '.join(line for line in (proc.stdout + proc.stderr)
+                          .splitlines() if line.strip())
+        raise AssertionError('%s: exit %d: %s' % (
+            ' '.join(args), proc.returncode, said[-400:]))
     return proc
 
 
@@ -97,10 +125,32 @@ class CrashTestCase(base.TestCase):
         self.scratch = os.path.join(self.instances_path, 'scratch')
         os.mkdir(self.scratch)
         self.base = os.path.join(self.instances_path, 'base')
-        pb_fixtures.write_pattern(self.base, 2 * units.Mi, seed=7)
+        pb_fixtures.write_pattern(self.base, BASE_SIZE, seed=7)
         self.ref = os.path.join(self.scratch, 'ref.raw')
         process = getattr(journal, 'PROCESS', None)
         self.addCleanup(setattr, journal, 'PROCESS', process)
+        # The daemon's byte work (fileops.zero_fill and fallocate on the
+        # descriptor it opened), called in-process: its openat2 refuses
+        # the crashfs mount point (RESOLVE_NO_XDEV), which is not the
+        # instances_path filesystem.
+        for name in ('zero_fill_range', 'fallocate_range'):
+            self.useFixture(pb_fixtures.fixtures.MockPatch(
+                'prealloc_backend.privsep.fs.' + name,
+                getattr(self, '_' + name)))
+
+    def _zero_fill_range(self, path, offset, length):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            return fileops.zero_fill(fd, offset, offset + length)
+        finally:
+            os.close(fd)
+
+    def _fallocate_range(self, path, offset, length):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            fileops.fallocate(fd, offset, length)
+        finally:
+            os.close(fd)
 
     # The initial disks, made outside crashfs and loaded into it.
 
@@ -108,11 +158,15 @@ class CrashTestCase(base.TestCase):
         """What a guest wrote into ``disk``; the raw reference of what it
         now reads is self.ref.
         """
+        self._write_guest_data(disk, fmt)
+        _run('qemu-img', 'convert', '-f', fmt, '-O', 'raw', disk, self.ref)
+
+    @staticmethod
+    def _write_guest_data(disk, fmt):
         for offset, pattern in ((0, 0x11), (units.Mi + 4096, 0x22),
                                 (SIZE - 65536, 0x33)):
             _run('qemu-io', '-f', fmt, '-c', 'write -P %d %d 65536'
                  % (pattern, offset), disk)
-        _run('qemu-img', 'convert', '-f', fmt, '-O', 'raw', disk, self.ref)
 
     def _overlay(self, extended_l2, prealloc='metadata'):
         disk = os.path.join(self.scratch, 'disk')
@@ -131,68 +185,117 @@ class CrashTestCase(base.TestCase):
         with open(disk, 'rb') as f:
             return f.read()
 
+    def _recorded(self, fmt):
+        return b'{"%s": "%s"}\n' % (self.disk.encode(), fmt.encode())
+
     # The harness.
 
-    def crash_points(self, name, initial, operation, check, before=None):
-        """Run ``operation()`` on crashfs holding ``initial`` ({name:
-        bytes}); check each crash state with ``before(final)`` as the
-        crash left it, then ``check(final)`` after the next cache()'s
-        recovery (``final``: the operation had returned).
+    def _on_crashfs(self, files, function):
+        """Run ``function()`` with the instance directory on crashfs
+        holding ``files`` ({name: bytes}, all on the device); the log of
+        what it changed.
         """
-        mount = crashfs.Mount(self.dir, initial,
+        mount = crashfs.Mount(self.dir, files,
                               os.path.join(self.scratch, 'log'))
         try:
-            operation()
+            function()
         finally:
             log = mount.umount()
-        cuts = [i for i in range(len(log) + 1)
-                if i == 0 or log[i - 1][0] != 'write']
-        writes = [i for i in range(1, len(log) + 1)
-                  if log[i - 1][0] == 'write']
-        step = max(1, -(-len(writes) // WRITE_CUTS))
-        cuts = sorted(set(cuts + writes[::step] + [len(log)]))
-        model = crashfs.Model(initial)
-        seen, failures = set(), []
-        done = 0
-        for cut in cuts:
-            while done < cut:
-                model.apply(log[done])
-                done += 1
-            for variant, files in sorted(model.views().items()):
-                key = hashlib.sha256(repr(sorted(
-                    (n, hashlib.sha256(d).digest())
-                    for n, d in files.items())).encode()).digest()
-                final = cut == len(log)
-                if (key, final) in seen:
+        return log
+
+    def _recover(self):
+        """The next cache()'s recovery."""
+        # A crash ends the process: a journal it left bears another
+        # process's mark.
+        journal.PROCESS = 'the next nova-compute'
+        journal.Journal(self.disk).recover()
+
+    def _adoption_recover(self):
+        """nova-compute's start (adoption's recovery, no domain defined:
+        the journal decides), then the next cache()'s.
+        """
+        live.recover(None, self.disk)
+        self._recover()
+
+    def crash_points(self, name, initial, operation, check, retry=None,
+                     recover=None, before=None, tolerated=()):
+        """Run ``operation()`` on crashfs holding ``initial`` ({name:
+        bytes}), then, for each crash state of it, as the module says:
+        ``before(final)`` as the crash left it (``final``: the operation
+        had returned), ``recover()`` on crashfs, each crash state of that
+        recovered again and checked with ``check(final)``, ``retry()``
+        and ``check(True)``. ``tolerated``: names a known bug leaves
+        behind (each with its test that fails).
+        """
+        recover = recover or self._recover
+        log = self._on_crashfs(initial, operation)
+        cuts = crashfs.cut_points(log, WRITE_CUTS)
+        seen, checked, retried = set(), set(), set()
+        failures = []
+        figures = collections.Counter()
+        for cut, variant, files in crashfs.replay(initial, log, cuts):
+            final = cut == len(log)
+            if (crashfs.state_key(files), final) in seen:
+                continue
+            seen.add((crashfs.state_key(files), final))
+            where = '%s: after request %d of %d (%s) %s' % (
+                name, cut, len(log), log[cut - 1][0] if cut else '-',
+                variant)
+            try:
+                if before is not None:
+                    self._materialize(files)
+                    before(final)
+                rlog = self._on_crashfs(files, recover)
+            except Exception as exc:
+                failures.append('%s: %s' % (where, exc))
+                continue
+            figures['recovery requests'] += len(rlog)
+            rcuts = crashfs.cut_points(rlog, RECOVERY_WRITE_CUTS)
+            for rcut, rvariant, rfiles in crashfs.replay(files, rlog,
+                                                         rcuts):
+                if (crashfs.state_key(rfiles), final) in checked:
                     continue
-                seen.add((key, final))
-                self._materialize(files)
+                checked.add((crashfs.state_key(rfiles), final))
+                step = 'recovered'
                 try:
-                    if before is not None:
-                        before(final)
-                    # A crash ends the process: a journal it left bears
-                    # another process's mark.
-                    journal.PROCESS = 'the next nova-compute'
-                    journal.Journal(self.disk).recover()
-                    check(final)
-                    left = sorted(set(os.listdir(self.dir)) -
-                                  {'disk', 'disk.info'})
-                    if left:
-                        raise AssertionError('left behind: %s' % left)
+                    self._materialize(rfiles)
+                    recover()
+                    # The same files recovered: the same verdicts.
+                    after = (crashfs.state_key(self._files()), final)
+                    if after in retried:
+                        continue
+                    self._check(check, final, tolerated)
+                    retried.add(after)
+                    step = 'retried'
+                    if retry is not None:
+                        retry()
+                    self._check(check, True, tolerated)
                 except Exception as exc:
-                    failures.append('%s: after request %d of %d (%s) %s: '
-                                    '%s' % (name, cut, len(log),
-                                            log[cut - 1][0] if cut else '-',
-                                            variant, exc))
-        line = ('%-24s %5d crash points seen, %4d cut, %4d states checked, '
-                '%3d failed' % (name, len(log) + 1, len(cuts), len(seen),
-                                len(failures)))
+                    failures.append(
+                        '%s, its recovery cut after request %d of %d (%s) '
+                        '%s, %s: %s' % (where, rcut, len(rlog),
+                                        rlog[rcut - 1][0] if rcut else '-',
+                                        rvariant, step, exc))
+        line = ('%-26s %5d requests, %4d cut, %4d states, %5d recovery '
+                'requests, %5d states recovered again, %3d retried, %3d '
+                'failed' % (name, len(log), len(cuts), len(seen),
+                            figures['recovery requests'], len(checked),
+                            len(retried), len(failures)))
         with open(REPORT, 'a') as f:
             f.write(line + '\n')
             for failure in failures:
                 f.write('    %s\n' % failure)
         print(line)
+        for failure in failures[:5]:
+            print('    ' + failure)
         self.assertEqual([], failures, line)
+
+    def _files(self):
+        files = {}
+        for name in os.listdir(self.dir):
+            with open(os.path.join(self.dir, name), 'rb') as f:
+                files[name] = f.read()
+        return files
 
     def _materialize(self, files):
         for name in os.listdir(self.dir):
@@ -201,11 +304,21 @@ class CrashTestCase(base.TestCase):
             with open(os.path.join(self.dir, name), 'wb') as f:
                 f.write(data)
 
-    # What a usable disk is.
+    def _check(self, check, final, tolerated=()):
+        check(final)
+        left = sorted(set(os.listdir(self.dir)) - {'disk', 'disk.info'} -
+                      set(tolerated))
+        if left:
+            raise AssertionError('left behind: %s' % left)
+        fmt = self.recorded()
+        if fmt is not None and os.path.exists(self.disk):
+            with open(self.disk, 'rb') as f:
+                header = f.read(4)
+            if (header == QCOW2_MAGIC) != (fmt == 'qcow2'):
+                raise AssertionError('disk.info records %s, the header is '
+                                     '%r' % (fmt, header))
 
-    def _info(self, fmt):
-        return pb_fixtures.qemu_img_info(self.disk) if fmt == 'qcow2' else \
-            {'virtual-size': os.stat(self.disk).st_size}
+    # What a usable disk is.
 
     def assert_disk(self, fmt, sizes, ref, final_size=None, final=False):
         if not os.path.exists(self.disk):
@@ -215,8 +328,9 @@ class CrashTestCase(base.TestCase):
         if (header == QCOW2_MAGIC) != (fmt == 'qcow2'):
             raise AssertionError('recorded %s, header %r' % (fmt, header))
         if fmt == 'qcow2':
-            # Exit 3: leaked clusters only (space, not data).
-            _run('qemu-img', 'check', '-f', 'qcow2', self.disk, ok=(0, 3))
+            # Not even a leak: a recovered disk keeps no cluster nothing
+            # references.
+            _run('qemu-img', 'check', '-f', 'qcow2', self.disk)
             info = pb_fixtures.qemu_img_info(self.disk)
         else:
             info = {'virtual-size': os.stat(self.disk).st_size}
@@ -230,10 +344,40 @@ class CrashTestCase(base.TestCase):
         _run('qemu-img', 'compare', '-f', 'raw', '-F', fmt, ref, self.disk)
         return info
 
+    def assert_preallocated(self, start, end):
+        """Every cluster of [start, end) has its place in the file (the
+        L2 entries of preallocation metadata, falloc or full).
+        """
+        ranges = json.loads(_run(
+            'qemu-img', 'map', '--output=json', '-f', 'qcow2',
+            self.disk).stdout)
+        thin = [(r['start'], r['length']) for r in ranges
+                if r['start'] + r['length'] > start and r['start'] < end and
+                (r['depth'] != 0 or 'offset' not in r)]
+        if thin:
+            raise AssertionError('not preallocated: %s' % thin)
+
+    def assert_layout(self, extended_l2):
+        info = pb_fixtures.qemu_img_info(self.disk)
+        found = info['format-specific']['data'].get('extended-l2', False)
+        if found != extended_l2:
+            raise AssertionError('extended_l2 %s, not %s'
+                                 % (found, extended_l2))
+        if info.get('backing-filename') != self.base:
+            raise AssertionError('backing file %r'
+                                 % info.get('backing-filename'))
+
     def recorded(self):
+        if not os.path.exists(self.disk_info):
+            return None
         return formats.disk_info_format(self.disk_info, self.disk)
 
-    # The operations.
+    def _virtual_size(self, fmt):
+        if fmt == 'raw':
+            return os.stat(self.disk).st_size
+        return pb_fixtures.qemu_img_info(self.disk)['virtual-size']
+
+    # Creation.
 
     def _create_overlay(self, mode, prealloc):
         plan = _qcow2_plan(SIZE, prealloc, prealloc is not PA.OFF)
@@ -254,12 +398,17 @@ class CrashTestCase(base.TestCase):
         def check(final):
             if not os.path.exists(self.disk) and not final:
                 return  # rolled back: the next cache() makes it again
-            info = self.assert_disk('qcow2', (SIZE,), self.base)
-            if info.get('backing-filename') != self.base:
-                raise AssertionError('backing file %r'
-                                     % info.get('backing-filename'))
+            self.assert_disk('qcow2', (SIZE,), self.base)
+            self.assert_layout(plan.extended_l2)
+            if final and prealloc is not PA.OFF:
+                self.assert_preallocated(BASE_SIZE, SIZE)
 
-        self.crash_points('create qcow2 %s' % mode, {}, operation, check)
+        def retry():
+            if not os.path.exists(self.disk):
+                operation()
+
+        self.crash_points('create qcow2 %s' % mode, {}, operation, check,
+                          retry)
 
     def test_create_overlay_none(self):
         self._create_overlay('none', PA.OFF)
@@ -273,30 +422,20 @@ class CrashTestCase(base.TestCase):
     def test_create_overlay_full(self):
         self._create_overlay('full', PA.FULL)
 
-    # The daemon's byte work (fileops.zero_fill and fallocate on the
-    # descriptor it opened): its openat2 refuses the crashfs mount point
-    # (RESOLVE_NO_XDEV), which is not the instances_path filesystem.
-
-    def _zero_fill_range(self, path, offset, length):
-        fd = os.open(path, os.O_RDWR)
-        try:
-            return fileops.zero_fill(fd, offset, offset + length)
-        finally:
-            os.close(fd)
-
-    def _fallocate_range(self, path, offset, length):
-        fd = os.open(path, os.O_RDWR)
-        try:
-            fileops.fallocate(fd, offset, length)
-        finally:
-            os.close(fd)
+    def _allocate_raw(self, action, size):
+        """The allocation of a raw file's holes (operation.allocate_raw:
+        the daemon's fallocate or zero-fill).
+        """
+        opts = conf.CONF.prealloc_backend
+        if action is diskplan.RawAction.FALLOCATE:
+            self.assertTrue(allocate.fallocate_file(self.disk))
+        elif action is diskplan.RawAction.ZERO_FILL:
+            for _done in allocate.zero_fill(
+                    self.disk, size, opts.allocation_timeout,
+                    opts.progress_interval):
+                pass
 
     def _create_raw(self, mode, action):
-        for name in ('zero_fill_range', 'fallocate_range'):
-            self.useFixture(pb_fixtures.fixtures.MockPatch(
-                'prealloc_backend.privsep.fs.' + name,
-                getattr(self, '_' + name)))
-        opts = conf.CONF.prealloc_backend
         ref = os.path.join(self.scratch, 'base-sized')
         shutil.copyfile(self.base, ref)
         os.truncate(ref, SIZE)
@@ -312,13 +451,7 @@ class CrashTestCase(base.TestCase):
             os.fsync(fd)
             os.close(fd)
             os.truncate(self.disk, SIZE)
-            if action is diskplan.RawAction.FALLOCATE:
-                self.assertTrue(allocate.fallocate_file(self.disk))
-            elif action is diskplan.RawAction.ZERO_FILL:
-                for _done in allocate.zero_fill(
-                        self.disk, SIZE, opts.allocation_timeout,
-                        opts.progress_interval):
-                    pass
+            self._allocate_raw(action, SIZE)
             record.end()
 
         def check(final):
@@ -326,7 +459,12 @@ class CrashTestCase(base.TestCase):
                 return
             self.assert_disk('raw', (SIZE,), ref)
 
-        self.crash_points('create raw %s' % mode, {}, operation, check)
+        def retry():
+            if not os.path.exists(self.disk):
+                operation()
+
+        self.crash_points('create raw %s' % mode, {}, operation, check,
+                          retry)
 
     def test_create_raw_none(self):
         self._create_raw('none', diskplan.RawAction.NOTHING)
@@ -337,33 +475,84 @@ class CrashTestCase(base.TestCase):
     def test_create_raw_full(self):
         self._create_raw('full', diskplan.RawAction.ZERO_FILL)
 
-    def test_grow(self):
+    # Growth.
+
+    def _grow_qcow2(self, mode, prealloc):
         initial = {'disk': self._overlay(True),
-                   'disk.info': b'{"%s": "qcow2"}\n' % self.disk.encode()}
+                   'disk.info': self._recorded('qcow2')}
 
         def operation():
             record = journal.Journal(self.disk)
             record.recover()
             record.begin(False)
-            qcow2.grow(self.disk, SIZE, _qcow2_plan(GROWN, PA.FALLOC))
+            # backend._grow_qcow2: grown when smaller than asked.
+            if self._virtual_size('qcow2') < GROWN:
+                qcow2.grow(self.disk, SIZE, _qcow2_plan(GROWN, prealloc))
             record.end()
 
         def check(final):
-            self.assert_disk('qcow2', (SIZE, GROWN), self.ref, GROWN, final)
+            info = self.assert_disk('qcow2', (SIZE, GROWN), self.ref, GROWN,
+                                    final)
+            self.assert_layout(True)
+            if info['virtual-size'] == GROWN:
+                self.assert_preallocated(SIZE, GROWN)
 
-        self.crash_points('grow (falloc)', initial, operation, check)
+        self.crash_points('grow qcow2 %s' % mode, initial, operation,
+                          check, operation)
 
-    def test_relayout_and_grow(self):
-        initial = {'disk': self._overlay(False, 'off'),
-                   'disk.info': b'{"%s": "qcow2"}\n' % self.disk.encode()}
+    def test_grow_qcow2_metadata(self):
+        self._grow_qcow2('metadata', PA.METADATA)
+
+    def test_grow_qcow2_space(self):
+        self._grow_qcow2('space', PA.FALLOC)
+
+    def test_grow_qcow2_full(self):
+        self._grow_qcow2('full', PA.FULL)
+
+    def _grow_raw(self, mode, action):
+        initial = {'disk': self._raw(), 'disk.info': self._recorded('raw')}
 
         def operation():
             record = journal.Journal(self.disk)
             record.recover()
             record.begin(False)
-            qcow2.relayout_overlay(self.disk, self.base, 'raw',
-                                   _qcow2_plan(SIZE, PA.METADATA))
-            qcow2.grow(self.disk, SIZE, _qcow2_plan(GROWN, PA.METADATA))
+            # backend._grow (extend.grow_raw), then the allocation of the
+            # file's holes (backend._allocate_file).
+            extend.grow_raw(self.disk, GROWN)
+            self._allocate_raw(action, GROWN)
+            record.end()
+
+        def check(final):
+            self.assert_disk('raw', (SIZE, GROWN), self.ref, GROWN, final)
+
+        self.crash_points('grow raw %s' % mode, initial, operation, check,
+                          operation)
+
+    def test_grow_raw_none(self):
+        self._grow_raw('none', diskplan.RawAction.NOTHING)
+
+    def test_grow_raw_space(self):
+        self._grow_raw('space', diskplan.RawAction.FALLOCATE)
+
+    def test_grow_raw_full(self):
+        self._grow_raw('full', diskplan.RawAction.ZERO_FILL)
+
+    def test_relayout_and_grow(self):
+        initial = {'disk': self._overlay(False, 'off'),
+                   'disk.info': self._recorded('qcow2')}
+
+        def operation():
+            record = journal.Journal(self.disk)
+            record.recover()
+            record.begin(False)
+            # backend._grow_qcow2: a disk without extended_l2 rewritten
+            # first, then grown.
+            if not pb_fixtures.qemu_img_info(self.disk)['format-specific'][
+                    'data'].get('extended-l2'):
+                qcow2.relayout_overlay(self.disk, self.base, 'raw',
+                                       _qcow2_plan(SIZE, PA.METADATA))
+            if self._virtual_size('qcow2') < GROWN:
+                qcow2.grow(self.disk, SIZE, _qcow2_plan(GROWN, PA.METADATA))
             record.end()
 
         def check(final):
@@ -372,12 +561,17 @@ class CrashTestCase(base.TestCase):
             if info.get('backing-filename') != self.base:
                 raise AssertionError('backing file %r'
                                      % info.get('backing-filename'))
+            if final:
+                self.assert_layout(True)
+                self.assert_preallocated(BASE_SIZE, GROWN)
 
-        self.crash_points('relayout + grow', initial, operation, check)
+        self.crash_points('relayout + grow', initial, operation, check,
+                          operation)
+
+    # Records.
 
     def test_convert_raw(self):
-        initial = {'disk': self._raw(),
-                   'disk.info': b'{"%s": "raw"}\n' % self.disk.encode()}
+        initial = {'disk': self._raw(), 'disk.info': self._recorded('raw')}
 
         def operation():
             # driver._disk_raw_to_qcow2's work on the disk (it also
@@ -393,8 +587,51 @@ class CrashTestCase(base.TestCase):
                 raise AssertionError('converted, recorded %s' % fmt)
             self.assert_disk(fmt, (SIZE,), self.ref)
 
+        def retry():
+            # The migration's finish again: converted where still raw.
+            if self.recorded() == 'raw':
+                operation()
+
         self.crash_points('convert raw -> qcow2', initial, operation,
-                          check)
+                          check, retry)
+
+    def test_record_format(self):
+        # nova's disk.info gets the disk's entry beside another disk's.
+        other = os.path.join(self.dir, 'disk.eph0')
+        initial = {'disk': self._overlay(True),
+                   'disk.info': b'{"%s": "raw"}\n' % other.encode()}
+
+        def operation():
+            formats.record_format(self.disk, 'qcow2')
+
+        def check(final):
+            fmt = self.recorded()
+            if fmt not in ((None, 'qcow2') if not final else ('qcow2',)):
+                raise AssertionError('disk.info records %r' % (fmt,))
+            if formats.disk_info_format(self.disk_info, other) != 'raw':
+                raise AssertionError('the other disk\'s entry is lost')
+            self.assert_disk('qcow2', (SIZE,), self.ref)
+
+        self.crash_points('disk.info', initial, operation, check,
+                          operation)
+
+    def test_journal(self):
+        # The journal's own writes around a growth that changes nothing:
+        # begun, its growth phase, ended.
+        initial = {'disk': self._overlay(True),
+                   'disk.info': self._recorded('qcow2')}
+
+        def operation():
+            record = journal.Journal(self.disk)
+            record.recover()
+            record.begin(False)
+            record.growing(os.stat(self.disk).st_size)
+            record.end()
+
+        def check(final):
+            self.assert_disk('qcow2', (SIZE,), self.ref)
+
+        self.crash_points('journal', initial, operation, check, operation)
 
     def test_journal_recovery(self):
         # A creation that a crash interrupted: a journal saying so, a
@@ -418,3 +655,87 @@ class CrashTestCase(base.TestCase):
 
         self.crash_points('journal recovery', initial, operation, check,
                           before=durable)
+
+    # Adoption (prealloc-backend adopt): its functions called as
+    # cmd/adopt.py calls them; recovered as nova-compute's start does,
+    # with no domain defined (the journal decides).
+
+    def test_adopt_offline(self):
+        initial = {'disk': self._overlay(False, 'off'),
+                   'disk.info': self._recorded('qcow2')}
+        plan = _qcow2_plan(SIZE, PA.METADATA)
+
+        def adopted():
+            return pb_fixtures.qemu_img_info(self.disk)['format-specific'][
+                'data'].get('extended-l2', False)
+
+        def operation():
+            # cmd/adopt.py's offline rewrite of a stopped instance's disk.
+            live.begin_offline(self.disk)
+            qcow2.relayout_overlay(self.disk, self.base, 'raw', plan)
+            live.end_offline(self.disk)
+
+        def check(final):
+            self.assert_disk('qcow2', (SIZE,), self.ref)
+            self.assert_layout(final or adopted())
+
+        def retry():
+            if not adopted():
+                operation()
+
+        self.crash_points('adopt offline', initial, operation, check,
+                          retry, recover=self._adoption_recover,
+                          tolerated=[ADOPT_JOURNAL_TMP])
+
+    def test_adopt_swap(self):
+        initial = {'disk': self._overlay(False, 'off'),
+                   'disk.info': self._recorded('qcow2')}
+        plan = _qcow2_plan(SIZE, PA.METADATA)
+        orig = self.disk + live.ORIG_SUFFIX
+
+        def adopted():
+            return pb_fixtures.qemu_img_info(self.disk)['format-specific'][
+                'data'].get('extended-l2', False)
+
+        def operation():
+            # live.adopt_running's steps on the files: the target made and
+            # flushed, the journal, the swap; the block copy (QEMU's
+            # mirror of the guest's clusters into the new file, which now
+            # has the disk's name) stood in for by qemu-io writing them;
+            # the flushes that follow the pivot (_pause_and_pivot), the
+            # journal says pivoted, the original removed, the journal.
+            new = live.make_target(self.disk, self.base, 'raw', SIZE, plan)
+            live._journal(self.disk, live.SWAPPED, 'vda')
+            live._swap(self.disk, new, orig)
+            self._write_guest_data(self.disk, 'qcow2')
+            fileops.sync(self.disk)
+            fileops.fsync_dir(self.dir)
+            live._journal(self.disk, live.PIVOTED, 'vda')
+            fileops.remove(orig)
+            live._end_journal(self.disk)
+
+        def check(final):
+            self.assert_disk('qcow2', (SIZE,), self.ref)
+            self.assert_layout(final or adopted())
+
+        def retry():
+            if not adopted():
+                operation()
+
+        self.crash_points('adopt swap', initial, operation, check, retry,
+                          recover=self._adoption_recover,
+                          tolerated=[ADOPT_JOURNAL_TMP])
+
+    @unittest.expectedFailure
+    def test_adopt_recover_removes_a_journal_cut_before_its_rename(self):
+        # live.recover leaves the journal's temporary file where no target
+        # file is left: a kill inside begin_offline's journal write (the
+        # tier's 'adopt offline', after request 1 or 2), or a recovery cut
+        # between its removal of the target and of that file ('adopt
+        # swap'). Tolerated above until it is fixed.
+        with open(self.disk, 'wb') as f:
+            f.write(self._overlay(False, 'off'))
+        with open(self.disk + live.JOURNAL_SUFFIX + '.tmp', 'wb') as f:
+            f.write(b'{"phase": "off')
+        live.recover(None, self.disk)
+        self.assertEqual(['disk'], os.listdir(self.dir))

@@ -160,6 +160,18 @@ class TestRecords(FormatsTestCase):
                                 formats.record_format, self.disk, 'raw')
         self.assertIn(self.disk_info, str(exc))
 
+    def test_a_write_cut_before_its_rename_is_removed(self):
+        formats.record_format(self.disk, 'raw')
+        # record_format's or nova's temporary file, killed before its
+        # rename: the record itself is the old one, whole.
+        with open(self.disk_info + '.tmp', 'w') as f:
+            f.write('{"%s": "qcow2", "and a longer tail": 1' % self.disk)
+        formats.remove_partial_record(self.disk)
+        self.assertEqual(['disk.info'], os.listdir(self.inst_dir))
+        self.assertEqual('raw', formats.disk_info_format(self.disk_info,
+                                                         self.disk))
+        formats.remove_partial_record(self.disk)
+
     def test_recorded_format_order(self):
         self.assertEqual(('raw', 'the raw backend that made it'),
                          formats.recorded_format(self.disk, self.disk_info,

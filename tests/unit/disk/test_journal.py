@@ -16,12 +16,18 @@
 
 import json
 import os
+import subprocess
+
+from unittest import mock
 
 import fixtures
+from oslo_utils import units
 
 from prealloc_backend.disk import formats
 from prealloc_backend.disk import journal
+from prealloc_backend.system import fileops
 from tests import base
+from tests import fixtures as pb_fixtures
 
 
 class JournalTestCase(base.TestCase):
@@ -83,6 +89,41 @@ class ReconcileTestCase(base.TestCase):
         self.assertEqual('raw', journal.Journal(self.disk).reconcile())
         self.assert_reconciled('raw')
 
+    def test_a_crash_inside_the_rollback_leaves_the_disk_raw(self):
+        # Killed right after the rollback's first removal: the next
+        # reconcile must still read a raw disk (removing the new file
+        # first, then the journal, left 'converting' without the file,
+        # which reads as published: qcow2 recorded over a raw disk).
+        self.journal(journal.CONVERTING)
+        with open(self.disk + journal.CONVERT_SUFFIX, 'wb') as f:
+            f.write(b'QFI\xfb new')
+        remove = fileops.remove
+
+        def killed_after_one(path):
+            if remove(path):
+                raise SystemExit('killed')
+            return False
+
+        with mock.patch.object(fileops, 'remove', killed_after_one):
+            self.assertRaises(SystemExit,
+                              journal.Journal(self.disk).reconcile)
+        journal.Journal(self.disk).reconcile()
+        self.assertEqual('raw', formats.disk_info_format(self.info,
+                                                         self.disk))
+        journal.Journal(self.disk).recover()
+        self.assert_reconciled('raw')
+
+    def test_a_crash_inside_the_finish_records_qcow2_again(self):
+        self.journal(journal.CONVERTING)
+        with mock.patch.object(fileops, 'remove',
+                               side_effect=SystemExit('killed')):
+            self.assertRaises(SystemExit,
+                              journal.Journal(self.disk).reconcile)
+        self.assertEqual('qcow2', formats.disk_info_format(self.info,
+                                                           self.disk))
+        self.assertEqual('qcow2', journal.Journal(self.disk).reconcile())
+        self.assert_reconciled('qcow2')
+
     def test_converting_once_renamed_is_finished(self):
         self.journal(journal.CONVERTING)
         self.assertEqual('qcow2', journal.Journal(self.disk).reconcile())
@@ -112,3 +153,50 @@ class ReconcileTestCase(base.TestCase):
         journal.Journal(self.disk).begin(False)
         self.assertIsNone(journal.Journal(self.disk).reconcile())
         self.assertTrue(os.path.exists(self.disk + journal.JOURNAL_SUFFIX))
+
+
+class GrowthTestCase(base.TestCase):
+    """A qcow2 growth a crash cut (qcow2.grow; every crash point:
+    tests/crash): the disk kept, what the growth left freed.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.disk = os.path.join(self.instances_path, 'disk')
+        subprocess.run(['qemu-img', 'create', '-f', 'qcow2', '-o',
+                        'preallocation=metadata', self.disk,
+                        str(4 * units.Mi)], check=True, capture_output=True)
+        subprocess.run(['qemu-io', '-f', 'qcow2', '-c', 'write -P 7 0 64k',
+                        self.disk], check=True, capture_output=True)
+        self.length = os.stat(self.disk).st_size
+
+    def grow(self):
+        return subprocess.run(['qemu-img', 'resize', '-f', 'qcow2',
+                               '--preallocation=falloc', self.disk,
+                               str(8 * units.Mi)], capture_output=True)
+
+    def test_cut_after_its_first_refcount_write_is_mended(self):
+        journal.Journal(self.disk).growing(self.length)
+        pb_fixtures.count_past_end(self.disk)
+        journal.Journal(self.disk).recover()
+        self.assertFalse(os.path.exists(self.disk + journal.JOURNAL_SUFFIX))
+        self.assertEqual(self.length, os.stat(self.disk).st_size)
+        self.assertEqual(0, self.grow().returncode)
+
+    def test_cut_later_is_cut_back_to_its_length(self):
+        journal.Journal(self.disk).growing(self.length)
+        pb_fixtures.count_past_end(self.disk)
+        with open(self.disk, 'ab') as f:
+            f.write(b'\0' * 65536)
+        journal.Journal(self.disk).recover()
+        self.assertEqual(self.length, os.stat(self.disk).st_size)
+        subprocess.run(['qemu-img', 'check', '-f', 'qcow2', self.disk],
+                       check=True, capture_output=True)
+
+    def test_a_disk_that_cannot_be_mended_is_kept(self):
+        journal.Journal(self.disk).growing(self.length)
+        with open(self.disk, 'r+b') as f:
+            f.write(b'nope')
+        journal.Journal(self.disk).recover()
+        self.assertTrue(os.path.exists(self.disk))
+        self.assertFalse(os.path.exists(self.disk + journal.JOURNAL_SUFFIX))

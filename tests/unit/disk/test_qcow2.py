@@ -139,6 +139,41 @@ class TestGrow(Qcow2TestCase):
         self.assertGreaterEqual(pb_fixtures.allocated(self.disk), size)
         self.assertEqual(0, pb_fixtures.cached_bytes(self.disk))
 
+    def test_a_growth_cut_short_before_is_mended_then_grown(self):
+        # What a growth killed after its first refcount-block write left
+        # (refcount.py): qemu-img's next preallocating growth aborts on it.
+        qcow2.create_overlay(self.disk, 4 * units.Mi, self.base, 'raw',
+                             _plan(4 * units.Mi, Prealloc.FALLOC))
+        pb_fixtures.count_past_end(self.disk)
+        journal.Journal(self.disk).begin(False)
+        qcow2.grow(self.disk, 4 * units.Mi,
+                   _plan(16 * units.Mi, Prealloc.FALLOC))
+        self.assertEqual(16 * units.Mi,
+                         pb_fixtures.qemu_img_info(self.disk)['virtual-size'])
+        subprocess.run(['qemu-img', 'check', '-f', 'qcow2', self.disk],
+                       check=True, capture_output=True)
+        # The journal says what the growth was, for a crash's recovery.
+        with open(self.disk + journal.JOURNAL_SUFFIX) as f:
+            self.assertIn('"phase": "growing"', f.read())
+
+    def test_a_failed_growth_is_mended_at_once(self):
+        qcow2.create_overlay(self.disk, 4 * units.Mi, self.base, 'raw',
+                             _plan(4 * units.Mi, Prealloc.FALLOC))
+        length = os.stat(self.disk).st_size
+
+        def killed(path, *args, **kwargs):
+            # qemu-img killed (a timeout) after its first refcount write
+            pb_fixtures.count_past_end(path)
+            raise exception.AllocationTimeout(path=path, timeout=1)
+
+        with mock.patch.object(qcow2.qemu, 'resize', killed):
+            self.assertRaises(exception.AllocationTimeout, qcow2.grow,
+                              self.disk, 4 * units.Mi,
+                              _plan(16 * units.Mi, Prealloc.FALLOC))
+        self.assertEqual(length, os.stat(self.disk).st_size)
+        qcow2.qemu.resize(self.disk, 'qcow2', 16 * units.Mi,
+                          Prealloc.FALLOC)
+
 
 class TestRelayoutOverlay(Qcow2TestCase):
 
