@@ -53,7 +53,6 @@ import json
 import os
 import shutil
 import subprocess
-import unittest
 
 from oslo_utils import units
 
@@ -84,7 +83,6 @@ SAMPLE = os.environ.get('PREALLOC_CRASH_SAMPLE') == '1'
 WRITE_CUTS = 8 if SAMPLE else None
 RECOVERY_WRITE_CUTS = 4 if SAMPLE else None
 QCOW2_MAGIC = b'QFI\xfb'
-ADOPT_JOURNAL_TMP = 'disk' + live.JOURNAL_SUFFIX + '.tmp'
 PA = qcow2_layout.Qcow2Preallocation
 REPORT = os.environ.get('PREALLOC_CRASH_REPORT', '/tmp/prealloc-crash.txt')
 
@@ -218,14 +216,13 @@ class CrashTestCase(base.TestCase):
         self._recover()
 
     def crash_points(self, name, initial, operation, check, retry=None,
-                     recover=None, before=None, tolerated=()):
+                     recover=None, before=None):
         """Run ``operation()`` on crashfs holding ``initial`` ({name:
         bytes}), then, for each crash state of it, as the module says:
         ``before(final)`` as the crash left it (``final``: the operation
         had returned), ``recover()`` on crashfs, each crash state of that
         recovered again and checked with ``check(final)``, ``retry()``
-        and ``check(True)``. ``tolerated``: names a known bug leaves
-        behind (each with its test that fails).
+        and ``check(True)``.
         """
         recover = recover or self._recover
         log = self._on_crashfs(initial, operation)
@@ -264,12 +261,12 @@ class CrashTestCase(base.TestCase):
                     after = (crashfs.state_key(self._files()), final)
                     if after in retried:
                         continue
-                    self._check(check, final, tolerated)
+                    self._check(check, final)
                     retried.add(after)
                     step = 'retried'
                     if retry is not None:
                         retry()
-                    self._check(check, True, tolerated)
+                    self._check(check, True)
                 except Exception as exc:
                     failures.append(
                         '%s, its recovery cut after request %d of %d (%s) '
@@ -304,10 +301,9 @@ class CrashTestCase(base.TestCase):
             with open(os.path.join(self.dir, name), 'wb') as f:
                 f.write(data)
 
-    def _check(self, check, final, tolerated=()):
+    def _check(self, check, final):
         check(final)
-        left = sorted(set(os.listdir(self.dir)) - {'disk', 'disk.info'} -
-                      set(tolerated))
+        left = sorted(set(os.listdir(self.dir)) - {'disk', 'disk.info'})
         if left:
             raise AssertionError('left behind: %s' % left)
         fmt = self.recorded()
@@ -684,8 +680,7 @@ class CrashTestCase(base.TestCase):
                 operation()
 
         self.crash_points('adopt offline', initial, operation, check,
-                          retry, recover=self._adoption_recover,
-                          tolerated=[ADOPT_JOURNAL_TMP])
+                          retry, recover=self._adoption_recover)
 
     def test_adopt_swap(self):
         initial = {'disk': self._overlay(False, 'off'),
@@ -723,16 +718,14 @@ class CrashTestCase(base.TestCase):
                 operation()
 
         self.crash_points('adopt swap', initial, operation, check, retry,
-                          recover=self._adoption_recover,
-                          tolerated=[ADOPT_JOURNAL_TMP])
+                          recover=self._adoption_recover)
 
-    @unittest.expectedFailure
     def test_adopt_recover_removes_a_journal_cut_before_its_rename(self):
-        # live.recover leaves the journal's temporary file where no target
+        # live.recover left the journal's temporary file where no target
         # file is left: a kill inside begin_offline's journal write (the
         # tier's 'adopt offline', after request 1 or 2), or a recovery cut
         # between its removal of the target and of that file ('adopt
-        # swap'). Tolerated above until it is fixed.
+        # swap'); found by this tier, fixed in live.recover.
         with open(self.disk, 'wb') as f:
             f.write(self._overlay(False, 'off'))
         with open(self.disk + live.JOURNAL_SUFFIX + '.tmp', 'wb') as f:
