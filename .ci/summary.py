@@ -43,6 +43,33 @@ def _tool(name):
     return found[0] if found else None
 
 
+def _count_runs(ids, totals, env_of, stestr, stats, filter_, to_text,
+                failed_in):
+    """Add each stestr run's counts to totals, print its failures, and
+    return the number of tests that passed besides the prerequisites
+    checks.
+    """
+    passed = 0
+    for run_id in ids:
+        stream = subprocess.run([stestr, 'history', 'show', str(run_id),
+                                 '--subunit'], capture_output=True).stdout
+        counts = _counts(stats, stream)
+        for key in totals:
+            totals[key] += counts[key]
+        failed_in[run_id] = counts['failed']
+        if counts['failed']:
+            _print_failures(env_of.get(str(run_id), 'run %d' % run_id),
+                            counts['failed'], filter_, to_text, stream)
+        # Each tier's prerequisites test passes whenever the machine has
+        # what the tier needs: it is no proof that a test ran.
+        others = subprocess.run(
+            [filter_, '--success', '--without', PREREQ_TEST,
+             '--no-passthrough'],
+            input=stream, capture_output=True).stdout
+        passed += _counts(stats, others)['passed']
+    return passed
+
+
 def main(argv):
     """argv: ENV=EXIT_CODE:RUN_ID for each tox env run (tools/run-tests):
     an env that failed with no failing test in its stestr run (pep8, a
@@ -89,23 +116,16 @@ def main(argv):
         ids = []
     real_passed = passed_elsewhere
     failed_in = {}
-    for run_id in ids:
-        stream = subprocess.run([stestr, 'history', 'show', str(run_id),
-                                 '--subunit'], capture_output=True).stdout
-        counts = _counts(stats, stream)
-        for key in totals:
-            totals[key] += counts[key]
-        failed_in[run_id] = counts['failed']
-        if counts['failed']:
-            _print_failures(env_of.get(str(run_id), 'run %d' % run_id),
-                            counts['failed'], filter_, to_text, stream)
-        # Each tier's prerequisites test passes whenever the machine has
-        # what the tier needs: it is no proof that a test ran.
-        others = subprocess.run(
-            [filter_, '--success', '--without', PREREQ_TEST,
-             '--no-passthrough'],
-            input=stream, capture_output=True).stdout
-        real_passed += _counts(stats, others)['passed']
+    try:
+        real_passed += _count_runs(ids, totals, env_of, stestr, stats,
+                                   filter_, to_text, failed_in)
+    except OSError as err:
+        # A tool of .tox that cannot be run (its interpreter gone) must
+        # not cost the closing line: the runs are not counted, and that
+        # is a failure.
+        print('summary: cannot read the stestr runs: %s' % err,
+              file=sys.stderr, flush=True)
+        totals['failed'] += 1
     for env, code, run_id in tiers:
         if code == '0':
             continue
