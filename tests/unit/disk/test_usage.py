@@ -189,4 +189,3 @@ class TestScan(base.BackendTestCase):
         again = usage.Scan.from_dict(json.loads(json.dumps(found.to_dict())))
         self.assertEqual(found, again)
         self.assertIsInstance(again.disks[0].use(), capacity.DiskUse)
-

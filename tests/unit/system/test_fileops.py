@@ -135,7 +135,6 @@ class AllocatedBytesTestCase(FileCase):
                          fileops.allocated_bytes(fd, 0, 2 * count * BLOCK))
 
 
-
 class UnwrittenBytesTestCase(FileCase):
 
     def test_only_unwritten_extents_count(self):
@@ -164,6 +163,7 @@ class UnwrittenBytesTestCase(FileCase):
                                 fd, size, 10)
         # One batch read before the limit was seen.
         self.assertEqual(fileops._FIEMAP_BATCH * BLOCK, exc.counted)
+
 
 class OfdLockTestCase(FileCase):
 
