@@ -56,6 +56,9 @@ _last_counted = {}
 # nodename -> last reserved GiB logged; ratios already warned about.
 _last_reserved = {}
 _warned_ratios = set()
+# Problems of the scan already logged as warnings (then at debug level:
+# nova updates placement every minute).
+_logged_problems = set()
 
 
 def host_policy():
@@ -143,8 +146,13 @@ def decide(nova_inventory, nodename):
         CONF.reserved_host_disk_mb * units.Mi,
         capacity.new_disk_overhead(CONF.prealloc_backend, mode, fmt))
     for problem in found.problems:
-        LOG.warning('prealloc_backend: %s counted by its allocated blocks '
-                    'only: %s', CONF.instances_path, problem)
+        with _lock:
+            first = problem not in _logged_problems
+            _logged_problems.add(problem)
+        (LOG.warning if first else LOG.debug)(
+            'prealloc_backend: %s: not read whole (%s): a disk that cannot '
+            'be opened counts by its stat, anything else by the '
+            "filesystem's used blocks", CONF.instances_path, problem)
     return capacity.inventory(nova_inventory, True, found.fs, room)
 
 

@@ -144,9 +144,15 @@ class TestFigures(CapacityCase):
         os.chmod(path, 0o600)
         found = capacity.measure(self.conf(),
                                  connect=base.FakeReadOnlyConnection([]))
-        self.assertEqual([], found.scan.disks)
         self.assertEqual(['%s/disk: Permission denied' % uuid],
                          found.scan.problems)
+        # Counted by its stat alone (the header unread): its blocks still
+        # count.
+        disk, = found.scan.disks
+        st = os.stat(path)
+        self.assertEqual((st.st_blocks * 512, st.st_size, 'raw', None),
+                         (disk.allocated, disk.virtual_size, disk.fmt,
+                          disk.unwritten))
 
     def test_libvirt_unreachable_is_recorded(self):
         def refuse(uri):
