@@ -21,7 +21,7 @@ are not instance disks (base images, logs, anything else on the
 filesystem), nor the room a thin disk will still take, nor qcow2 metadata.
 On a host whose mode reserves (space, full), ``inventory`` moves all of that
 into ``reserved``, so that what placement still offers is what a new disk
-could really reserve here, to placement's 1 GiB step, and never more:
+could really reserve here, to placement's 1 GiB step, and never more::
 
     used       = size - available (f_blocks - f_bavail: every block an
                  unprivileged process cannot have, root's reserve included)
