@@ -354,13 +354,16 @@ class FakeDomain:
     """What checks.capacity.read_guests asks of a libvirt domain: its
     UUID, state and reason, and nova's metadata element (the XML nova's
     own config classes write into a domain), or an error for a domain
-    without it.
+    without it. ``namespaced=False`` answers as libvirt 9.0 was seen to
+    (the cloud tier): the element stripped of nova's namespace.
     """
 
-    def __init__(self, uuid, state=1, reason=1, flavor=None):
+    def __init__(self, uuid, state=1, reason=1, flavor=None,
+                 namespaced=False):
         self.uuid = uuid
         self._state = (state, reason)
         self.flavor = flavor
+        self.namespaced = namespaced
 
     def UUIDString(self):
         return self.uuid
@@ -385,7 +388,15 @@ class FakeDomain:
         flavor.disk, flavor.ephemeral, flavor.swap = disk, ephemeral, swap
         flavor.extra_specs = specs
         meta.flavor = flavor
-        return meta.to_xml()
+        if self.namespaced:
+            return meta.to_xml()
+        from lxml import etree
+
+        root = etree.fromstring(meta.to_xml())
+        for node in root.iter():
+            node.tag = etree.QName(node).localname
+        etree.cleanup_namespaces(root)
+        return etree.tostring(root).decode()
 
 
 class FakeReadOnlyConnection:

@@ -92,30 +92,42 @@ def libvirt_uri(conf):
     return conf.libvirt.connection_uri or 'qemu:///system'
 
 
+def _children(node, name):
+    """The child elements of ``node`` called ``name``, in nova's namespace
+    or in none: libvirt (9.0 seen) answers virDomainGetMetadata with the
+    element nova wrote stripped of its namespace (``<instance>``, not
+    ``<nova:instance>``).
+    """
+    return [child for child in node
+            if isinstance(child.tag, str) and
+            etree.QName(child).localname == name and
+            etree.QName(child).namespace in (None, NOVA_NS)]
+
+
 def nova_metadata(xml):
-    """(FlavorDisks, extra specs) of a domain's ``<nova:instance>``
-    metadata element, or (None, None) without a flavor in it.
+    """(FlavorDisks, extra specs) of a domain's nova metadata element
+    (``<instance>``), or (None, None) without a flavor in it.
     """
     try:
         root = etree.fromstring(xml.encode() if isinstance(xml, str)
                                 else xml)
     except (etree.XMLSyntaxError, ValueError):
         return None, None
-    flavor = root.find('{%s}flavor' % NOVA_NS)
-    if flavor is None:
+    flavors = _children(root, 'flavor')
+    if not flavors:
         return None, None
+    flavor = flavors[0]
 
     def number(name):
-        node = flavor.find('{%s}%s' % (NOVA_NS, name))
+        nodes = _children(flavor, name)
         try:
-            return int(node.text) if node is not None else 0
+            return int(nodes[0].text) if nodes else 0
         except (TypeError, ValueError):
             return 0
 
     specs = {}
-    holder = flavor.find('{%s}extraSpecs' % NOVA_NS)
-    if holder is not None:
-        for node in holder.findall('{%s}extraSpec' % NOVA_NS):
+    for holder in _children(flavor, 'extraSpecs'):
+        for node in _children(holder, 'extraSpec'):
             if node.get('name'):
                 specs[node.get('name')] = node.text or ''
     return (capacity.FlavorDisks.of_flavor(number('disk'),

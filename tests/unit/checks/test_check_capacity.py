@@ -182,13 +182,23 @@ class TestFigures(CapacityCase):
 class TestMetadata(base.TestCase):
 
     def test_nova_metadata(self):
-        xml = base.FakeDomain('u', flavor=(20, 5, 512, {
-            'prealloc:mode': 'full', 'hw:cpu_policy': 'shared'})).metadata(
-                capacity.VIR_DOMAIN_METADATA_ELEMENT, capacity.NOVA_NS, 0)
-        flavor, specs = capacity.nova_metadata(xml)
-        self.assertEqual(planning.FlavorDisks.of_flavor(20, 5, 512), flavor)
-        self.assertEqual({'prealloc:mode': 'full',
-                          'hw:cpu_policy': 'shared'}, specs)
+        # As libvirt answers (no namespace: seen with libvirt 9.0 in the
+        # cloud tier) and as nova writes it (nova:).
+        for namespaced in (False, True):
+            xml = base.FakeDomain('u', flavor=(20, 5, 512, {
+                'prealloc:mode': 'full', 'hw:cpu_policy': 'shared'}),
+                namespaced=namespaced).metadata(
+                    capacity.VIR_DOMAIN_METADATA_ELEMENT, capacity.NOVA_NS, 0)
+            self.assertEqual(namespaced, 'nova:flavor' in xml, xml)
+            flavor, specs = capacity.nova_metadata(xml)
+            self.assertEqual(planning.FlavorDisks.of_flavor(20, 5, 512),
+                             flavor)
+            self.assertEqual({'prealloc:mode': 'full',
+                              'hw:cpu_policy': 'shared'}, specs)
+        # Another namespace's <flavor> is not nova's.
+        self.assertEqual((None, None), capacity.nova_metadata(
+            '<instance xmlns:x="urn:x"><x:flavor><x:disk>1</x:disk>'
+            '</x:flavor></instance>'))
         self.assertEqual((None, None), capacity.nova_metadata('<x/>'))
         self.assertEqual((None, None), capacity.nova_metadata('not xml'))
 
