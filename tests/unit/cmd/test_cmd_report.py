@@ -281,3 +281,50 @@ class TestWrite(ReportCase):
         code, _out, _err = self.run_report()
         self.assertEqual(report.OK, code)
         self.assertEqual(self.output, seen[0][0])
+
+
+class TestShippedFiles(ReportCase):
+    """etc/prometheus's alert rules and etc/systemd's units agree with the
+    command.
+    """
+
+    TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+
+    def exported(self):
+        uuid, _path = self.disk()
+        self.domains = [base.FakeDomain(uuid, flavor=(1, 0, 0, {}))]
+        code, _out, _err = self.run_report()
+        self.assertEqual(report.OK, code)
+        with open(self.output) as f:
+            return set(parse(f.read()))
+
+    def test_alert_rules_use_exported_metrics(self):
+        import re
+
+        import yaml
+
+        with open(os.path.join(self.TOP, 'etc', 'prometheus',
+                               'prealloc-backend-alerts.yml')) as f:
+            rules = yaml.safe_load(f)
+        exprs = [rule['expr'] for group in rules['groups']
+                 for rule in group['rules']]
+        self.assertEqual(5, len(exprs))
+        used = set(re.findall(r'\bprealloc_[a-z_]+\b', ' '.join(exprs)))
+        self.assertIn('prealloc_guest_paused_io_error', used)
+        self.assertEqual(set(), used - self.exported())
+
+    def test_systemd_unit_runs_the_command(self):
+        with open(os.path.join(self.TOP, 'etc', 'systemd',
+                               'prealloc-backend-report.service')) as f:
+            unit = f.read()
+        exec_start = [line for line in unit.splitlines()
+                      if line.startswith('ExecStart=')]
+        self.assertEqual(
+            ['ExecStart=/usr/bin/prealloc-backend report --config-file '
+             '/etc/nova/nova.conf --output %s' % report.DEFAULT_OUTPUT],
+            exec_start)
+        self.assertIn('SuccessExitStatus=%d' % report.PARTIAL, unit)
+        with open(os.path.join(self.TOP, 'etc', 'systemd',
+                               'prealloc-backend-report.timer')) as f:
+            self.assertIn('OnUnitInactiveSec=1min', f.read())
