@@ -97,6 +97,21 @@ GUEST_DISCARD_CHOICES = [
                 'and the reservation and layout of those ranges are lost.'),
 ]
 
+DISK_INVENTORY_CHOICES = [
+    ('reservable', 'On a host whose mode reserves (space, full) and whose '
+                   'disks are files: DISK_GB reserved so that what '
+                   'placement still offers is what new disks can really '
+                   'reserve on the instances filesystem, and an '
+                   'allocation ratio of at most 1.0. Hosts in modes none '
+                   'and metadata keep nova\'s inventory.'),
+    ('nova', "nova's own DISK_GB inventory on every host (the filesystem's "
+             'size, reserved_host_disk_mb, nova\'s allocation ratio): '
+             'placement may then choose a reserving host without room, '
+             'whose nova-compute refuses the disk (a build is '
+             'rescheduled; a cold migration or resize fails after the '
+             'copy began).'),
+]
+
 FALLOCATE_UNSUPPORTED_CHOICES = [
     ('warn', 'Log a warning and keep the disk thin (raw) or '
              'metadata-preallocated (qcow2); the instance boots.'),
@@ -293,6 +308,31 @@ disks and other layouts are left as nova makes them. Applied to the guest
 XML at every (re)definition, so existing instances see 4 KiB at their next
 hard reboot, resize or migration; their filesystems keep working as they
 were made. See doc/source/admin/write-size.rst.
+"""),
+    cfg.StrOpt('disk_inventory',
+        choices=DISK_INVENTORY_CHOICES,
+        default='reservable',
+        help="""
+What the compute node reports to placement as its DISK_GB inventory.
+
+With ``reservable`` (the default), on a host whose mode reserves (``space``,
+``full``; images_type raw, flat, qcow2 or default), nova's ``total`` stays
+the instances filesystem's size and ``reserved`` also takes what is not
+room for new disks: files that are not this host's instance disks (base
+images, logs, anything else on the filesystem), the room its thin disks
+will still take, qcow2 metadata beyond a disk's virtual size, and
+``reserved_host_disk_mb``. What placement still offers is then what new
+disks can really reserve, rounded down to whole GiB, and the scheduler
+never picks a host without room: a build, a cold migration or a resize to
+it is refused before anything moves. ``disk_allocation_ratio`` above 1.0
+is lowered to 1.0 there (logged at start and by ``prealloc-backend
+check``): it would promise space the mode then refuses. Whatever this
+option says, a host whose mode reserves carries the trait
+``CUSTOM_PREALLOC_RESERVING``, which flavors with ``prealloc:mode`` space
+or full should require (``trait:CUSTOM_PREALLOC_RESERVING=required``).
+Recomputed every time nova updates placement (``[DEFAULT]
+update_resources_interval`` and each claim), from a stat of each disk and
+its qcow2 header, never its data.
 """),
     cfg.Opt('allocation_timeout',
         type=Integer(min=0),

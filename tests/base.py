@@ -343,3 +343,135 @@ class RootHelperCheckCase(PrivsepCheckCase):
     def write_rootwrap(self, exec_dirs):
         pb_fixtures.write_conf(self.rootwrap_conf, {'DEFAULT': {
             'filters_path': self.filters_dir, 'exec_dirs': exec_dirs}})
+
+
+# The uid instances_path is given to when the tests run as root (no
+# passwd entry): the privileged daemon's pin rules refuse root's.
+CAPACITY_NOVA_UID = 54322
+
+
+class FakeDomain:
+    """What checks.capacity.read_guests asks of a libvirt domain: its
+    UUID, state and reason, and nova's metadata element (the XML nova's
+    own config classes write into a domain), or an error for a domain
+    without it. ``namespaced=False`` answers as libvirt 9.0 was seen to
+    (the cloud tier): the element stripped of nova's namespace.
+    """
+
+    def __init__(self, uuid, state=1, reason=1, flavor=None,
+                 namespaced=False):
+        self.uuid = uuid
+        self._state = (state, reason)
+        self.flavor = flavor
+        self.namespaced = namespaced
+
+    def UUIDString(self):
+        return self.uuid
+
+    def state(self):
+        return self._state
+
+    def metadata(self, kind, uri, flags):
+        if self.flavor is None:
+            raise RuntimeError('metadata not found: no nova metadata')
+        from nova.virt.libvirt import config as vconfig
+
+        disk, ephemeral, swap, specs = self.flavor
+        meta = vconfig.LibvirtConfigGuestMetaNovaInstance()
+        meta.package, meta.name, meta.creationTime = '34.0.0', 'vm', 0
+        owner = vconfig.LibvirtConfigGuestMetaNovaOwner()
+        owner.userid = owner.username = 'u'
+        owner.projectid = owner.projectname = 'p'
+        meta.owner = owner
+        flavor = vconfig.LibvirtConfigGuestMetaNovaFlavor()
+        flavor.name, flavor.id, flavor.memory, flavor.vcpus = 'f', '1', 128, 1
+        flavor.disk, flavor.ephemeral, flavor.swap = disk, ephemeral, swap
+        flavor.extra_specs = specs
+        meta.flavor = flavor
+        if self.namespaced:
+            return meta.to_xml()
+        from lxml import etree
+
+        root = etree.fromstring(meta.to_xml())
+        for node in root.iter():
+            node.tag = etree.QName(node).localname
+        etree.cleanup_namespaces(root)
+        return etree.tostring(root).decode()
+
+
+class FakeReadOnlyConnection:
+    """A read-only libvirt connection's listAllDomains and close."""
+
+    def __init__(self, domains):
+        self.domains = domains
+        self.uris = []
+        self.closed = False
+
+    def __call__(self, uri):
+        self.uris.append(uri)
+        return self
+
+    def listAllDomains(self, flags):
+        return list(self.domains)
+
+    def close(self):
+        self.closed = True
+
+
+class CapacityHostCase(CheckTestCase):
+    """A host's instances_path holding real disks made with qemu-img and
+    fallocate(2) as the plugin makes them, for ``prealloc-backend report``
+    and the check's Capacity row; given to CAPACITY_NOVA_UID when the
+    tests run as root (the scan then runs as that uid).
+    """
+
+    OVERLAY = ('preallocation=%s,extended_l2=on,cluster_size=128k,'
+               'backing_file=%s,backing_fmt=raw')
+
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() == 0:
+            os.chown(self.instances, CAPACITY_NOVA_UID, CAPACITY_NOVA_UID)
+        self.base_dir = os.path.join(self.instances, '_base')
+        os.mkdir(self.base_dir)
+        self.base = os.path.join(self.base_dir, 'base-image')
+        pb_fixtures.make_base(self.base, 'raw', 3 * units.Mi)
+
+    def disk(self, name='disk', mode='space', size=64 * units.Mi,
+             fmt='qcow2', uuid=None):
+        """A disk ``name`` of a new (or ``uuid``'s) instance directory, as
+        the plugin makes it in ``mode``; recorded in disk.info. Returns
+        (uuid, path).
+        """
+        import json
+
+        uuid = uuid or uuidutils.generate_uuid()
+        directory = os.path.join(self.instances, uuid)
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, name)
+        if fmt == 'qcow2':
+            prealloc = {'space': 'falloc', 'full': 'full',
+                        'metadata': 'metadata', 'none': 'off'}[mode]
+            subprocess.run(['qemu-img', 'create', '-f', 'qcow2', '-o',
+                            self.OVERLAY % (prealloc, self.base), path,
+                            str(size)], check=True, capture_output=True)
+        else:
+            with open(path, 'wb') as f:
+                f.truncate(size)
+            if mode == 'space':
+                subprocess.run(['fallocate', '-l', str(size), path],
+                               check=True)
+            elif mode == 'full':
+                subprocess.run(['dd', 'if=/dev/zero', 'of=%s' % path,
+                                'bs=1M', 'count=%d' % (size // units.Mi),
+                                'conv=notrunc,fsync'], check=True,
+                               capture_output=True)
+        info = os.path.join(directory, 'disk.info')
+        record = {}
+        if os.path.exists(info):
+            with open(info) as f:
+                record = json.load(f)
+        record[path] = fmt
+        with open(info, 'w') as f:
+            json.dump(record, f)
+        return uuid, path

@@ -63,6 +63,27 @@ host_name() { echo "prealloc-cloud-$1"; }
 host_mode() {
   if [ "$1" = 2 ]; then echo metadata; else echo space; fi
 }
+# host_fs_mb N: the size of host N's instances filesystem, an ext4 of its
+# own on a sparse file, loop-mounted (cloud-up): host 1 (space) small
+# enough for Tempest to fill with files nova does not know about (the
+# capacity test); host 2 (metadata, nova's inventory) large enough for the
+# 160 GiB thin disk of the metadata-cache test (nova reports DISK_GB's
+# max_unit as the filesystem's size, whatever the ratio). Sparse: the
+# disks' reserved extents cost the machine's disk only their metadata;
+# written zeros (mode full) cost it their size.
+host_fs_mb() {
+  if [ "$1" = 2 ]; then echo 196608; else echo 16384; fi
+}
+# unmount_host_fs: the hosts' filesystems, where still mounted (a run
+# killed before its cloud-down). Never rm -r into one: see cloud-up.
+unmount_host_fs() {
+  local fs
+  for fs in "$HOSTS_DIR"/*/fs; do
+    if [ -d "$fs" ] && mountpoint -q "$fs"; then
+      umount "$fs" || umount -l "$fs"
+    fi
+  done
+}
 KEYSTONE_PORT=5000
 GLANCE_PORT=9292
 PLACEMENT_PORT=8778

@@ -52,6 +52,10 @@ def check_parser():
     return _parser('check')
 
 
+def report_parser():
+    return _parser('report')
+
+
 def bench_parser():
     """``prealloc-bench``'s parser: the benchmark's own distribution."""
     from prealloc_bench import cmd

@@ -27,9 +27,11 @@ compute-hyperv's driver does: backend.py (the image backend: every disk),
 migrationops.py (room checks, a migration's disks, a raw disk converted on
 arrival), events.py (the instance-action event, a failed build's outcome),
 operation.py (MIGRATIONS: the source host's record of each disk's format
-while a migration is finished here).
+while a migration is finished here), inventory.py (placement's DISK_GB and
+the host's trait).
 """
 
+import copy
 import os
 import sys
 import typing as ty
@@ -46,6 +48,7 @@ from oslo_serialization import jsonutils
 
 from prealloc_backend.adapter import backend
 from prealloc_backend.adapter import events
+from prealloc_backend.adapter import inventory
 from prealloc_backend.adapter import migrationops
 from prealloc_backend.adapter import operation
 from prealloc_backend.adoption import recovery
@@ -198,6 +201,18 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                  'TRIM: %(yes)s (%(why)s)',
                  {'yes': 'yes' if answer.supported else 'no',
                   'why': answer.reason})
+
+    def update_provider_tree(self, provider_tree, nodename,
+                             allocations=None):
+        # NOTE(nova): nova reports DISK_GB as the filesystem's size less
+        # reserved_host_disk_mb, times its ratio: on a host whose mode
+        # reserves, inventory.py makes it what new disks can really
+        # reserve (and adds the host's trait). nova keeps a copy of the
+        # tree for its own lookups: taken again after the change.
+        super().update_provider_tree(provider_tree, nodename,
+                                     allocations=allocations)
+        inventory.update_provider_tree(provider_tree, nodename)
+        self.provider_tree = copy.deepcopy(provider_tree)
 
     def _disk_raw_to_qcow2(self, path):
         # NOTE(nova): nova calls this static method from finish_migration

@@ -36,11 +36,16 @@ one concern, reading the configuration and shared facts from ``host``
 - discard.py: what a guest's TRIM does to the disks of each mode.
 - existing.py: existing overlays not at the host's policy, and what
   adopting them would reserve (read-only, nothing followed).
+- capacity.py: what placement is told (DISK_GB, the trait) and what the
+  instances filesystem holds, per host, disk and guest: the figures of
+  ``prealloc-backend report`` (read as the owner of instances_path, and
+  through a read-only libvirt connection).
 
 CHECKS is their order in the report; cmd/check.py runs them on
 oslo.upgradecheck.
 """
 
+from prealloc_backend.checks import capacity
 from prealloc_backend.checks import compute_driver
 from prealloc_backend.checks import config
 from prealloc_backend.checks import discard
@@ -64,6 +69,7 @@ CHECKS = (
     ('libvirt metadata cache', libvirtd.check_metadata_cache),
     ('Guest discard', discard.check_guest_discard),
     ('Existing disks', existing.check_existing_disks),
+    ('Capacity', capacity.check_capacity),
     # After every other check: a swap while they ran is caught.
     ('Instances path, at the end', instances.check_pin_again),
 )

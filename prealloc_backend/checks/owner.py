@@ -198,7 +198,8 @@ class StepTimedOut(StepFailed):
     """The step did not end within its deadline; its child was killed."""
 
 
-def run_in(fd, path, step, *args, creds=None, deadline, what):
+def run_in(fd, path, step, *args, creds=None, deadline, what,
+           max_answer=MAX_ANSWER):
     """Run ``step(fd, *args)`` in a forked child (process.call_in_child)
     working in the directory ``fd`` (``path``: its name, for messages only)
     as ``creds`` (see credentials_for; None: as the caller). Returns what
@@ -206,13 +207,13 @@ def run_in(fd, path, step, *args, creds=None, deadline, what):
     step raised, StepTimedOut when it did not end within ``deadline``
     seconds (the user it runs as can stop it: it is then killed and
     reaped). ``what``: the step in words, for messages ('the fallocate(2)
-    probe').
+    probe'). ``max_answer``: the most bytes its answer may take.
     """
     user = creds.name if creds is not None else user_name(os.geteuid())
     try:
         reply, status = process.call_in_child(
             _step_in_child, fd, creds, step, args, deadline=deadline,
-            what=what, max_answer=MAX_ANSWER)
+            what=what, max_answer=max_answer)
     except exception.ProcessTimeout:
         raise StepTimedOut(
             'Timeout', '%s in %s, run as %s, did not end within its '
@@ -222,7 +223,7 @@ def run_in(fd, path, step, *args, creds=None, deadline, what):
     if reply is None:
         raise StepFailed('NoAnswer', '%s in %s ended (wait status %d) '
                                      'without an answer of at most %d bytes'
-                         % (what, path, status, MAX_ANSWER), user)
+                         % (what, path, status, max_answer), user)
     if 'error' in reply:
         raise StepFailed(str(reply['error']), str(reply.get('message')),
                          user)

@@ -30,6 +30,8 @@ SUBCOMMANDS = {
              'the first spawn.',
     'adopt': 'Bring existing disks of this host to its preallocation '
              'policy, live for running guests.',
+    'report': "Write this host's capacity figures (per host, disk and "
+              "guest) for Prometheus: node_exporter's textfile collector.",
 }
 # Subcommands that talk to nova's services over oslo.messaging: they run in
 # nova's native threading mode, as prealloc-nova-compute does (an eventlet

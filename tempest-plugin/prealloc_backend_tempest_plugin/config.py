@@ -44,6 +44,12 @@ PreallocGroup = [
     cfg.StrOpt('instances_path',
                help="The compute hosts' [DEFAULT] instances_path. Unset: "
                     "the host checks are skipped."),
+    cfg.StrOpt('scratch_path',
+               help="A directory on each compute host's instances "
+                    'filesystem, outside instances_path, where the tests '
+                    'may put files nova does not know about (the capacity '
+                    'test fills the filesystem there, and removes what it '
+                    'put). Unset: that test is skipped.'),
     cfg.DictOpt('host_modes',
                 default={},
                 help="The plugin's mode on each compute host, "

@@ -18,10 +18,13 @@ the server's compute host; ``command`` through ``host_command`` given the
 host's name (the one-box cloud of tools/cloud-up: ``tools/cloud-host``
 enters the compute host's namespaces). Read-only commands (qemu-img info
 and map, stat of files and filesystems, filefrag, virsh dumpxml,
-prealloc-backend check, and qemu-img convert of a disk into a temporary
-file of the host's /tmp, removed after its md5sum: ``guest_md5``), and one
-that changes the host: ``prealloc-backend adopt`` (PreallocAdoptTest), with
-a configuration file of its own in the host's /tmp, removed after.
+prealloc-backend check and report --stdout, and qemu-img convert of a
+disk into a temporary file of the host's /tmp, removed after its md5sum:
+``guest_md5``), and two that change the host: ``prealloc-backend adopt``
+(PreallocAdoptTest), with a configuration file of its own in the host's
+/tmp, removed after; a file of fallocate(2)'d blocks in ``[prealloc]
+scratch_path`` (PreallocCapacityTest: files nova does not know about on
+the instances filesystem), removed after.
 """
 
 import json
@@ -155,6 +158,23 @@ class ComputeHost(object):
                 return disk.find('driver')
         raise AssertionError('%s has no disk %s:\n%s' % (instance_name, path,
                                                          xml))
+
+    def fill(self, path, size):
+        """A file of ``size`` bytes reserved with fallocate(2) (nothing
+        written) at ``path``.
+        """
+        self.run(['fallocate', '-l', str(size), path])
+
+    def remove(self, path):
+        self.run(['rm', '-f', path])
+
+    def prealloc_report(self):
+        """``prealloc-backend report --stdout`` with nova-compute's
+        configuration: the Prometheus text format.
+        """
+        return self.run([CONF.prealloc.prealloc_backend_command, 'report',
+                         '--config-file', CONF.prealloc.compute_config,
+                         '--stdout']).stdout
 
     def prealloc_check(self):
         """``prealloc-backend check --json`` with nova-compute's

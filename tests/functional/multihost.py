@@ -28,7 +28,8 @@ services runs code:
   options a host declared, when the calling thread runs for that host;
 * a thread runs for a host while an RPC call or cast to that host's compute
   manager is dispatched (oslo.messaging's RPCDispatcher._do_dispatch), while
-  the test starts that host's service, and in every thread nova spawns from
+  the test starts that host's service or runs its periodic
+  update_available_resource, and in every thread nova spawns from
   such a thread (nova.thread_pool_factory.spawn_on passes the host on, as it
   passes the request context);
 * a live migration (``stub_live_migration``) defines the guest on the
@@ -236,6 +237,22 @@ class HostScope(fixtures.Fixture):
         self.useFixture(fixtures.MonkeyPatch(
             'oslo_messaging.rpc.dispatcher.RPCDispatcher._do_dispatch',
             _do_dispatch))
+
+        # A periodic task the test runs itself (update_available_resource,
+        # which updates placement through the driver's
+        # update_provider_tree) runs as the manager's host, as its own
+        # service's periodic would.
+        original_update = compute_manager.ComputeManager.\
+            update_available_resource
+
+        def update_available_resource(manager, *args, **kwargs):
+            name = manager.host if manager.host in scope.hosts else None
+            with scope.on(name):
+                return original_update(manager, *args, **kwargs)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.compute.manager.ComputeManager.update_available_resource',
+            update_available_resource))
 
         original_spawn_on = thread_pool_factory.spawn_on
 

@@ -249,7 +249,11 @@ class TestLiveMigrateNoRoom(_LiveMigrateBase):
 
     def _test(self, fmt):
         self.add_host('src', fmt, 'space')
-        self.add_loop_host('dst', 64, fmt=fmt, mode='space')
+        # nova's inventory (placement would refuse a host without room
+        # before this check: test_placement_capacity): the destination's
+        # own check is what a thin host's placement view leaves.
+        self.add_loop_host('dst', 64, fmt=fmt, mode='space',
+                           disk_inventory='nova')
         server = self._boot('src', fmt)
         before = self._source_state(server)
         self.live_migrate(server, 'dst', migration_state='error')

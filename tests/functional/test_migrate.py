@@ -249,7 +249,11 @@ class TestEvacuateNoRoom(_MigrateMixin, multihost.MultiHostTestBase):
 
     def test_refused(self):
         self.add_host('src', 'qcow2', 'space')
-        self.add_loop_host('dst', 64, fmt='qcow2', mode='space')
+        # nova's inventory: placement would refuse the host first
+        # (test_placement_capacity); this is what the destination does
+        # where placement's view is nova's.
+        self.add_loop_host('dst', 64, fmt='qcow2', mode='space',
+                           disk_inventory='nova')
         server = self._boot('src')
         disk = self.host_disk('src', server)
         before = os.stat(disk)

@@ -97,8 +97,13 @@ class TestExt4WithoutExtents(base.ServersTestBase):
 
 class TestXfs(base.ServersTestBase):
 
+    # The flavor's 64 MiB swap counts 1 GiB in placement (nova rounds swap
+    # up to whole GiB): placement must see 2 GiB of room here, which the
+    # plugin's DISK_GB reports only on a filesystem that has it.
+    XFS_SIZE_MB = 2560
+
     def _test(self, fmt):
-        self.use_loop_instances_path('xfs', FS_SIZE_MB)
+        self.use_loop_instances_path('xfs', self.XFS_SIZE_MB)
         self.start_host(fmt, preallocate_images='space')
         image_id, image_path = self.upload_image('raw')
         server = self.boot(image_id, self.create_flavor(disk=1, swap=64))

@@ -16,7 +16,11 @@ sees that host's reason in the server's instance actions.
 NON-SHARED instance directories: host 'full' keeps its instances on a real
 64 MiB loop-mounted ext4 (a 1 GiB space-mode disk cannot fit), host 'roomy'
 on the test's directory. 'full' has more RAM, so nova's RAM weigher tries it
-first.
+first. The full hosts report nova's own DISK_GB inventory
+(``disk_inventory = nova``), as a thin host does for a flavor in mode
+space: with the plugin's inventory placement would not offer them at all
+(test_placement_capacity), and the compute host's own refusal is what
+remains where placement's view is nova's.
 """
 
 import re
@@ -59,7 +63,8 @@ class TestReschedule(multihost.MultiHostTestBase):
         return events
 
     def test_lands_on_host_with_room(self):
-        self.add_loop_host('full', 64, host_info=_host_info(32))
+        self.add_loop_host('full', 64, host_info=_host_info(32),
+                           disk_inventory='nova')
         self.add_host('roomy', host_info=_host_info(16))
         image_id, image_path = self.upload_image('raw')
         flavor = self.create_flavor(disk=1)
@@ -106,8 +111,8 @@ class TestReschedule(multihost.MultiHostTestBase):
         exception"), each host's reason is in its event.
         """
         self.flags(max_attempts=2, group='scheduler')
-        self.add_loop_host('full1', 64)
-        self.add_loop_host('full2', 64)
+        self.add_loop_host('full1', 64, disk_inventory='nova')
+        self.add_loop_host('full2', 64, disk_inventory='nova')
         image_id, _path = self.upload_image('raw')
         flavor = self.create_flavor(disk=1)
         server = self._create_server(image_uuid=image_id, flavor_id=flavor,

@@ -77,8 +77,8 @@ class TestOpts(base.TestCase):
                 self.fail('%s: a type this test does not know' % opt.name)
             self.assertTrue(opt.help.strip(), opt.name)
         self.assertEqual(['choices', 'boolean', 'choices', 'choices',
-                          'bounds', 'choices', 'choices', 'boolean', 'bounds',
-                          'bounds', 'list'],
+                          'bounds', 'choices', 'choices', 'boolean',
+                          'choices', 'bounds', 'bounds', 'list'],
                          kinds)
 
     def test_bad_value_names_option_and_choices(self):

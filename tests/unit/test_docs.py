@@ -270,6 +270,12 @@ RUN_ELSEWHERE = {
     r'(--all --dry-run|--instance UUID)': (
         'tempest-plugin/prealloc_backend_tempest_plugin/tests/compute/'
         'test_prealloc_disks.py', "prealloc_backend_command, 'adopt'"),
+    # the plugin's Tempest test runs it on both compute hosts of the cloud
+    # (PreallocCapacityTest), with nova-compute's configuration
+    r'prealloc-backend report --config-file /etc/nova/nova\.conf '
+    r'--stdout': (
+        'tempest-plugin/prealloc_backend_tempest_plugin/host.py',
+        "prealloc_backend_command, 'report'"),
     # TestDocCommands.test_upgrade_leftovers_find below
     r"find /var/lib/nova/instances -name '\*\.prealloc-journal' "
     r"-o -name '\*\.prealloc-tmp'": (
@@ -289,6 +295,9 @@ NOT_COVERED = {
      '[--config-dir DIR ...]'),
     ('cli/prealloc-backend-adopt.rst',
      'prealloc-backend adopt [--config-file PATH ...] '
+     '[--config-dir DIR ...]'),
+    ('cli/prealloc-backend-report.rst',
+     'prealloc-backend report [--config-file PATH ...] '
      '[--config-dir DIR ...]'),
     ('cli/prealloc-nova-compute.rst',
      "prealloc-nova-compute [nova-compute's arguments]"),

@@ -37,7 +37,8 @@ class MainTestCase(base.TestCase):
 
     def test_subcommands(self):
         parser = cmd_main.build_parser()
-        self.assertEqual({'check', 'adopt'}, set(cmd_main.SUBCOMMANDS))
+        self.assertEqual({'check', 'adopt', 'report'},
+                         set(cmd_main.SUBCOMMANDS))
         args = parser.parse_args(['check'])
         self.assertEqual(('check', 'prealloc_backend.cmd.check'),
                          (args.command, args.module))

@@ -135,6 +135,36 @@ class AllocatedBytesTestCase(FileCase):
                          fileops.allocated_bytes(fd, 0, 2 * count * BLOCK))
 
 
+class UnwrittenBytesTestCase(FileCase):
+
+    def test_only_unwritten_extents_count(self):
+        size = 16 * BLOCK
+        fd = self.sparse(size, data_at=(0,))
+        self.assertEqual(0, fileops.unwritten_bytes(fd, size, 100))
+        fileops.fallocate(fd, 8 * BLOCK, 4 * BLOCK)
+        self.assertEqual(4 * BLOCK, fileops.unwritten_bytes(fd, size, 100))
+        # Written now (flushed: the extent map is not synced for the
+        # reader): no longer unwritten.
+        os.pwrite(fd, b'\x5a' * BLOCK, 8 * BLOCK)
+        os.fsync(fd)
+        self.assertEqual(3 * BLOCK, fileops.unwritten_bytes(fd, size, 100))
+        # Beyond the size asked: not counted.
+        self.assertEqual(BLOCK, fileops.unwritten_bytes(fd, 10 * BLOCK, 100))
+
+    def test_extent_limit(self):
+        count = fileops._FIEMAP_BATCH + 10
+        size = 2 * count * BLOCK
+        fd = self.sparse(size)
+        for i in range(count):
+            fileops.fallocate(fd, 2 * i * BLOCK, BLOCK)
+        self.assertEqual(count * BLOCK, fileops.unwritten_bytes(fd, size,
+                                                                10 * count))
+        exc = self.assertRaises(fileops.ExtentLimit, fileops.unwritten_bytes,
+                                fd, size, 10)
+        # One batch read before the limit was seen.
+        self.assertEqual(fileops._FIEMAP_BATCH * BLOCK, exc.counted)
+
+
 class OfdLockTestCase(FileCase):
 
     def test_lock_of_another_open_file_description(self):

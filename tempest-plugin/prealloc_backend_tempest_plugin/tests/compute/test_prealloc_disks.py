@@ -33,10 +33,12 @@ full      yes          128K       whole virtual size     all, written
 ========= ============ ========== ====================== ================
 """
 
+import json
 import shlex
 import subprocess
 import time
 
+from prometheus_client import parser as prom_parser
 from tempest.api.compute import base
 from tempest.common import compute
 from tempest.common import waiters
@@ -279,16 +281,18 @@ class PreallocRemakeTest(PreallocHostTest):
 
 
 class PreallocNoRoomTest(PreallocHostTest):
-    """No host with room for a disk in mode space: the build goes ahead on
-    none of them, and the reason is in the server's instance-action events
-    (``openstack server event show``), the plugin's own event, once per
-    host that tried.
+    """A disk in mode space that no host has room for, from a flavor that
+    does not require CUSTOM_PREALLOC_RESERVING: where the guarantee cannot
+    be given at scheduling time (doc/source/admin/capacity.rst).
 
-    The flavor's disk lies between the instances filesystems' free space
-    and their size: placement (which counts a filesystem's size) hands it
-    out, the plugin's check of the free space refuses it before any
-    fallocate(2) and asks nova to try another host, which refuses it too;
-    with no host left the server goes to ERROR.
+    The flavor's disk lies between the free space of the host whose mode
+    reserves nothing (nova's inventory, the cloud's ratio 4.0: placement
+    offers it there) and what placement offers elsewhere. Hosts whose mode
+    reserves report what they can really reserve, so placement never sends
+    it there; the host in mode metadata takes the build, its plugin's
+    check of the free space refuses the disk (the flavor's mode) before
+    any fallocate(2) and asks nova to try another host; none is left and
+    the server goes to ERROR. One disk event, on that host, says why.
     """
 
     # Event details (2.84) and hosts (2.62).
@@ -297,19 +301,25 @@ class PreallocNoRoomTest(PreallocHostTest):
 
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a14')
     def test_no_room_reason_in_events(self):
+        modes = CONF.prealloc.host_modes
+        thin = sorted(h for h, m in modes.items() if m in ('none',
+                                                            'metadata'))
+        if not thin:
+            raise self.skipException('needs a host in mode none or '
+                                     'metadata ([prealloc] host_modes: %s)'
+                                     % modes)
         services = self.os_admin.services_client.list_services(
             binary='nova-compute')['services']
         hosts = sorted(s['host'] for s in services if s['state'] == 'up')
-        self.assertNotEqual([], hosts, services)
-        room = [compute_host.ComputeHost(h).free_and_total(
-            CONF.prealloc.instances_path) for h in hosts]
-        most_free = max(free for free, _ in room)
-        least_total = min(total for _, total in room)
-        disk = (most_free + least_total) // 2 // GiB
-        if disk * GiB < most_free + GiB:
+        host = thin[0]
+        self.assertIn(host, hosts)
+        free, total = compute_host.ComputeHost(host).free_and_total(
+            CONF.prealloc.instances_path)
+        disk = free // GiB + 2
+        if disk > 2 * total // GiB:
             raise self.skipException(
-                'an instances filesystem is nearly empty (free, total: %s): '
-                'no size between free and total on every host' % room)
+                'no size between the free space and what placement offers '
+                'on %s (free, total: %d, %d)' % (host, free, total))
         flavor = self.flavor(disk=disk, **{'prealloc:mode': 'space'})
         body = self.create_test_server(flavor=flavor['id'],
                                        wait_until=None)
@@ -326,13 +336,12 @@ class PreallocNoRoomTest(PreallocHostTest):
             self.assertFalse(compute_host.ComputeHost(name).exists(path),
                              '%s left on %s' % (path, name))
         events = self.action_events(server, 'create')
-        # compute_prealloc_disks, then _2, _3... on the later hosts.
         disk_events = [e for e in events
                        if e['event'].startswith(DISK_EVENT)]
-        what = '%s (flavor disk %d GiB; free, total: %s)' % (events, disk,
-                                                            room)
-        self.assertEqual(sorted(hosts),
-                         sorted(e['host'] for e in disk_events), what)
+        what = '%s (flavor disk %d GiB; %s free %d of %d)' % (
+            events, disk, host, free, total)
+        # Only the thin host tried: placement kept the others out.
+        self.assertEqual([host], [e['host'] for e in disk_events], what)
         for event in disk_events:
             self.assertEqual('Error', event['result'], what)
             self.assertIn('Not enough space to preallocate disk',
@@ -521,19 +530,23 @@ class PreallocMigrationTest(PreallocTwoHostsTest):
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a45')
     def test_live_migration_refused_without_room(self):
         """A server whose disk is thin on its host (mode metadata) and
-        larger than the free space of a host in mode space: a block live
-        migration there is refused by that host's check before anything
-        moves; the server runs on where it was, nothing is left on the
-        destination, and the destination's event says why.
+        larger than what a host in mode space can reserve: a block live
+        migration there is refused before anything moves, by placement
+        (that host reports what it can reserve): the server runs on where
+        it was, nothing is left on the destination, whose compute host was
+        never asked (no compute_check_can_live_migrate_destination event).
         """
         dest, source = self.thick_and_thin()
         free, total = compute_host.ComputeHost(dest).free_and_total(
             CONF.prealloc.instances_path)
-        disk = (free + total) // 2 // GiB
-        if disk * GiB < free + GiB:
+        # Just more than is free there, within its filesystem's size: what
+        # nova's own inventory would still offer.
+        disk = free // GiB + 1
+        if disk > total // GiB:
             raise self.skipException(
-                'the instances filesystem of %s is nearly empty (%d of %d '
-                'bytes free)' % (dest, free, total))
+                'no disk size between the free space and the size of the '
+                'instances filesystem of %s (%d of %d bytes free)'
+                % (dest, free, total))
         server = self.boot_on(self.flavor(disk=disk), source)
         self.admin_servers_client.live_migrate_server(
             server['id'], host=dest, block_migration=True)
@@ -546,13 +559,13 @@ class PreallocMigrationTest(PreallocTwoHostsTest):
         self.assertFalse(compute_host.ComputeHost(dest).exists(
             compute_host.ComputeHost(dest).disk_path(server['id'])))
         events = self.action_events(server, 'live-migration')
-        check = [e for e in events if e['event'] ==
-                 'compute_check_can_live_migrate_destination']
-        self.assertEqual(1, len(check), events)
-        self.assertEqual('Error', check[0]['result'], events)
-        self.assertEqual(dest, check[0]['host'], events)
-        self.assertIn('Not enough space on host', check[0]['details'],
-                      events)
+        self.assertEqual(
+            [], [e for e in events if e['event'] ==
+                 'compute_check_can_live_migrate_destination'], events)
+        conductor = [e for e in events
+                     if e['event'] == 'conductor_live_migrate_instance']
+        self.assertEqual(['Error'], [e['result'] for e in conductor],
+                         events)
 
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a42')
     def test_live_block_migration_keeps_space(self):
@@ -733,3 +746,248 @@ class PreallocAdoptTest(PreallocTwoHostsTest):
         waiters.wait_for_server_status(self.admin_servers_client,
                                        server['id'], 'ACTIVE')
         self.assert_disk(self.admin_view(server['id']), 'space', 2 * GiB)
+
+
+@decorators.serial
+class PreallocCapacityTest(PreallocTwoHostsTest):
+    """Placement sees what a host whose mode reserves can really reserve
+    (doc/source/admin/capacity.rst): files nova does not know about fill
+    that host's instances filesystem (``[prealloc] scratch_path``, beside
+    the instances directory), so that a space flavor fits placement's
+    stock view of it (its filesystem's size less the flavors on it) but not
+    the host. The server lands on the other host at the first attempt; a
+    cold migration and a resize to the full host are refused by the
+    scheduler, the server ACTIVE on its source with its disk unchanged;
+    ``prealloc-backend report`` on both hosts agrees with the files. A
+    serial test: no other test's server may take or free room on the
+    hosts meanwhile.
+    """
+
+    # The room left on the full host for new disks: less than the flavor.
+    LEFT = GiB + GiB // 2
+    # Seconds for placement to see a change: the cloud's compute hosts
+    # update it every 10 s (update_resources_interval).
+    PLACEMENT_WAIT = 90
+
+    @classmethod
+    def skip_checks(cls):
+        super().skip_checks()
+        if not CONF.prealloc.scratch_path:
+            raise cls.skipException('[prealloc] scratch_path is not set')
+
+    # -- placement -------------------------------------------------------
+
+    def rp_uuid(self, host):
+        rps = self.os_admin.resource_providers_client.list_resource_providers(
+            name=host)['resource_providers']
+        self.assertEqual(1, len(rps), rps)
+        return rps[0]['uuid']
+
+    def placement_get(self, url, version='1.6'):
+        client = self.os_admin.resource_providers_client
+        resp, body = client.get(url, headers={
+            'OpenStack-API-Version': 'placement %s' % version},
+            extra_headers=True)
+        return json.loads(body)
+
+    def disk_gb(self, host):
+        """(DISK_GB inventory, DISK_GB usage) of ``host``."""
+        uuid = self.rp_uuid(host)
+        inv = self.placement_get('/resource_providers/%s/inventories'
+                                 % uuid)['inventories']['DISK_GB']
+        usage = self.placement_get('/resource_providers/%s/usages'
+                                   % uuid)['usages'].get('DISK_GB', 0)
+        return inv, usage
+
+    def offered_gb(self, host):
+        inv, usage = self.disk_gb(host)
+        return (int((inv['total'] - inv['reserved']) *
+                    inv['allocation_ratio']) - usage)
+
+    def wait_for_offer(self, host, predicate, what):
+        deadline = time.time() + self.PLACEMENT_WAIT
+        while True:
+            offered = self.offered_gb(host)
+            if predicate(offered):
+                return offered
+            if time.time() > deadline:
+                self.fail('placement still offers %d GiB on %s after %d s '
+                          '(%s): %s' % (offered, host, self.PLACEMENT_WAIT,
+                                        what, self.disk_gb(host)))
+            time.sleep(2)
+
+    def candidates(self, disk_gb):
+        """The hosts placement offers a flavor of ``disk_gb`` GiB (and
+        this test's RAM and one VCPU).
+        """
+        found = self.placement_get(
+            '/allocation_candidates?resources=DISK_GB:%d,MEMORY_MB:128,'
+            'VCPU:1' % disk_gb, version='1.10')['provider_summaries']
+        names = {}
+        for uuid in found:
+            names[self.placement_get('/resource_providers/%s'
+                                     % uuid)['name']] = uuid
+        return sorted(names)
+
+    # -- the files ---------------------------------------------------------
+
+    def disk_state(self, server):
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        ident = host.run(['stat', '-c', '%i %s %b', path]).stdout.split()
+        return ident, host.qemu_img_map(path)
+
+    def fill(self, host, left):
+        """Files nova does not know about on ``host``'s instances
+        filesystem, leaving ``left`` bytes to an unprivileged user;
+        removed at cleanup (and placement waited for).
+        """
+        scratch = CONF.prealloc.scratch_path
+        target = compute_host.ComputeHost(host)
+        free, total = target.free_and_total(scratch)
+        if free <= left + GiB:
+            raise self.skipException('%s has only %d bytes free' % (host,
+                                                                  free))
+        filler = '%s/prealloc-capacity-test' % scratch.rstrip('/')
+        self.addCleanup(self.wait_for_offer, host, lambda gb: gb >= 2,
+                        'the files removed')
+        self.addCleanup(target.remove, filler)
+        target.fill(filler, free - left)
+        return free, total
+
+    def assert_report_matches_files(self, host):
+        """``prealloc-backend report`` on ``host``: every disk it lists
+        agrees with the files (st_blocks, qemu-img info), the filesystem
+        with statvfs.
+        """
+        target = compute_host.ComputeHost(host)
+        metrics = {}
+        text = target.prealloc_report()
+        for family in prom_parser.text_string_to_metric_families(text):
+            for sample in family.samples:
+                metrics.setdefault(sample.name, []).append(sample)
+        self.assertEqual([1.0], [s.value for s in
+                                 metrics['prealloc_report_success']], text)
+        free, total = target.free_and_total(CONF.prealloc.instances_path)
+        self.assertEqual([total], [s.value for s in
+                                   metrics['prealloc_fs_size_bytes']])
+        disks = metrics.get('prealloc_disk_allocated_bytes', [])
+        virtual = {(s.labels['instance_uuid'], s.labels['disk']): s.value
+                   for s in metrics.get('prealloc_disk_virtual_bytes', [])}
+        for sample in disks:
+            uuid, name = sample.labels['instance_uuid'], sample.labels['disk']
+            path = target.disk_path(uuid, name)
+            _size, allocated = target.stat(path)
+            # A running guest may write between the two reads: its disk
+            # only grows.
+            self.assertLessEqual(sample.value, allocated, (path, text))
+            if sample.labels['format'] == 'qcow2':
+                info = target.qemu_img_info(path)
+                self.assertEqual(info['virtual-size'],
+                                 virtual[(uuid, name)], path)
+        return metrics
+
+    # -- the test ------------------------------------------------------------
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a60')
+    def test_full_host_refused_by_the_scheduler(self):
+        thick, thin = self.thick_and_thin()
+        self.wait_for_offer(thick, lambda gb: gb >= 2, 'before the test')
+        before = self.disk_gb(thick)
+        free, total = self.fill(thick, self.LEFT)
+        # The full host's offer drops below the 2 GiB flavor, though its
+        # filesystem's size less the flavors on it is far above.
+        offered = self.wait_for_offer(thick, lambda gb: gb < 2,
+                                      'the files added')
+        inv, usage = self.disk_gb(thick)
+        self.assertGreaterEqual(inv['total'] - usage, 2, (before, inv))
+        self.assertLessEqual(offered * GiB, self.LEFT, (before, inv))
+        self.assertEqual(1.0, inv['allocation_ratio'])
+        self.assertNotIn(thick, self.candidates(2))
+        self.assertIn(thin, self.candidates(2))
+
+        # The build: on the other host at the first attempt.
+        flavor = self.flavor(disk=2, **{'prealloc:mode': 'space'})
+        server = self.boot(flavor)
+        self.assertEqual(thin, server['OS-EXT-SRV-ATTR:host'])
+        events = self.action_events(server, 'create')
+        disk_events = [e for e in events
+                       if e['event'].startswith(DISK_EVENT)]
+        self.assertEqual([(DISK_EVENT, thin, 'Success')],
+                         [(e['event'], e['host'], e['result'])
+                          for e in disk_events], events)
+        state = self.disk_state(server)
+        path = self.host_of(server).disk_path(server['id'])
+
+        # A cold migration: the only other host is the full one.
+        self.admin_servers_client.migrate_server(server['id'])
+        self.assert_refused(server, 'migrate', thin, thick, state, path, 1)
+
+        # A resize to a space flavor that only reserving hosts take.
+        bigger = self.flavor(disk=3, **{
+            'prealloc:mode': 'space',
+            'trait:CUSTOM_PREALLOC_RESERVING': 'required'})
+        self.admin_servers_client.resize_server(server['id'], bigger['id'])
+        self.assert_refused(server, 'resize', thin, thick, state, path, 2)
+
+        # The report of both hosts, against their files.
+        metrics = self.assert_report_matches_files(thin)
+        # The server's disk, with its flavor's mode (read from nova's
+        # metadata in its domain) and at that policy; its 2 GiB counted in
+        # what placement still offers there.
+        labels = [s.labels for s in metrics['prealloc_disk_at_policy']
+                  if s.labels['instance_uuid'] == server['id']]
+        self.assertEqual([('disk', 'space', 'qcow2')],
+                         [(lab['disk'], lab['mode'], lab['format'])
+                          for lab in labels], metrics)
+        self.assertEqual([1.0], [s.value for s in
+                                 metrics['prealloc_disk_at_policy']
+                                 if s.labels['instance_uuid'] ==
+                                 server['id']])
+        inv, usage = self.disk_gb(thin)
+        self.assertEqual(
+            [(int((inv['total'] - inv['reserved']) *
+                  inv['allocation_ratio']) - usage) * GiB],
+            [s.value for s in metrics['prealloc_placement_offered_bytes']])
+        metrics = self.assert_report_matches_files(thick)
+        offered_report = [s.value for s in
+                          metrics['prealloc_placement_offered_bytes']]
+        self.assertEqual(1, len(offered_report), metrics)
+        self.assertLess(offered_report[0], 2 * GiB)
+
+    def assert_refused(self, server, action, source, dest, state, path,
+                       count):
+        """The ``count``-th move of ``server`` (``action``) was refused by
+        the scheduler: see the class's docstring.
+        """
+        deadline = time.time() + CONF.compute.build_timeout
+        while True:
+            migrations = self.os_admin.migrations_client.list_migrations(
+                instance_uuid=server['id'])['migrations']
+            done = [m for m in migrations
+                    if m['status'] in ('error', 'failed', 'finished',
+                                       'confirmed', 'completed')]
+            if len(done) >= count or time.time() > deadline:
+                break
+            time.sleep(2)
+        self.assertEqual(['error'] * count,
+                         [m['status'] for m in migrations], migrations)
+        waiters.wait_for_server_status(self.admin_servers_client,
+                                       server['id'], 'ACTIVE')
+        view = self.admin_view(server['id'])
+        self.assertEqual(source, view['OS-EXT-SRV-ATTR:host'])
+        self.assertIsNone(view['OS-EXT-STS:task_state'])
+        self.assertEqual(state, self.disk_state(view))
+        self.assertFalse(compute_host.ComputeHost(dest).exists(path))
+        actions = [a for a in self.admin_servers_client.list_instance_actions(
+            server['id'])['instanceActions'] if a['action'] == action]
+        events = self.admin_servers_client.show_instance_action(
+            server['id'], actions[0]['request_id'])['instanceAction'][
+                'events']
+        conductor = [e for e in events
+                     if e['event'] == 'conductor_migrate_server']
+        self.assertEqual(['Error'], [e['result'] for e in conductor],
+                         events)
+        self.assertIn('No valid host', conductor[0]['details'] or '',
+                      events)
+        self.assertFalse([e for e in events if e['host'] == dest], events)
