@@ -63,6 +63,7 @@ class TestRuntimeImports(base.TestCase):
                'prealloc_backend.adapter.driver',
                'prealloc_backend.adapter.events',
                'prealloc_backend.adapter.guestxml',
+               'prealloc_backend.adapter.inventory',
                'prealloc_backend.adapter.migrationops',
                'prealloc_backend.adapter.operation',
                # init_host recovers interrupted adoptions
@@ -76,7 +77,9 @@ class TestRuntimeImports(base.TestCase):
                'prealloc_backend.disk.hostcaps',
                'prealloc_backend.disk.journal', 'prealloc_backend.disk.qcow2',
                'prealloc_backend.disk.qemu', 'prealloc_backend.disk.refcount',
-               'prealloc_backend.planner', 'prealloc_backend.planner.diskplan',
+               'prealloc_backend.disk.usage',
+               'prealloc_backend.planner', 'prealloc_backend.planner.capacity',
+               'prealloc_backend.planner.diskplan',
                'prealloc_backend.planner.modes',
                'prealloc_backend.planner.qcow2_layout',
                'prealloc_backend.privsep', 'prealloc_backend.privsep.beneath',
