@@ -55,10 +55,13 @@ _lock = threading.Lock()
 _last_counted = {}
 # nodename -> last reserved GiB logged; ratios already warned about.
 _last_reserved = {}
+# nodename -> reserved GiB of its last reading of instances_path.
+_last_decided = {}
 _warned_ratios = set()
-# Problems of the scan already logged as warnings (then at debug level:
-# nova updates placement every minute).
-_logged_problems = set()
+# nodename -> the problems of its last scan, logged as warnings when new
+# (then at debug level: nova updates placement every minute). Only the
+# last scan's: names the nova user makes cannot grow it for good.
+_logged_problems = {}
 
 
 def host_policy():
@@ -134,26 +137,35 @@ def decide(nova_inventory, nodename):
         found = usage.scan_path(
             CONF.instances_path, fmt.value,
             base_subdirectory=CONF.image_cache.subdirectory_name)
-    except OSError as exc:
-        # nova's own statvfs of instances_path succeeded just before.
+    except Exception as exc:
+        # nova's own statvfs of instances_path succeeded just before; an
+        # error here (EMFILE, EIO, a directory the nova user closed) must
+        # neither fail nova's update nor loosen the offer.
+        with _lock:
+            last = _last_decided.get(nodename)
         LOG.warning('prealloc_backend: %(path)s could not be read (%(exc)s): '
-                    "nova's DISK_GB inventory is reported",
-                    {'path': CONF.instances_path, 'exc': exc})
-        return capacity.inventory(nova_inventory, False)
+                    'DISK_GB reserved %(what)s', {
+                        'path': CONF.instances_path, 'exc': exc,
+                        'what': 'as last decided' if last is not None
+                        else 'whole: placement offers nothing new here'})
+        return capacity.unread(nova_inventory, last)
     counted = _counted(nodename)
     room = capacity.room(
         found.fs, [d.use() for d in found.disks], counted,
         CONF.reserved_host_disk_mb * units.Mi,
         capacity.new_disk_overhead(CONF.prealloc_backend, mode, fmt))
+    with _lock:
+        known = _logged_problems.get(nodename, set())
+        _logged_problems[nodename] = set(found.problems)
     for problem in found.problems:
-        with _lock:
-            first = problem not in _logged_problems
-            _logged_problems.add(problem)
-        (LOG.warning if first else LOG.debug)(
+        (LOG.warning if problem not in known else LOG.debug)(
             'prealloc_backend: %s: not read whole (%s): a disk that cannot '
             'be opened counts by its stat, anything else by the '
             "filesystem's used blocks", CONF.instances_path, problem)
-    return capacity.inventory(nova_inventory, True, found.fs, room)
+    decision = capacity.inventory(nova_inventory, True, found.fs, room)
+    with _lock:
+        _last_decided[nodename] = decision.inventory['reserved']
+    return decision
 
 
 def update_provider_tree(provider_tree, nodename):
@@ -184,6 +196,15 @@ def _log(nodename, decision):
         changed = _last_reserved.get(nodename) != reserved
         _last_reserved[nodename] = reserved
     room = decision.room
+    if room is None:
+        (LOG.info if changed else LOG.debug)(
+            'prealloc_backend: DISK_GB of %(node)s: total %(total)d GiB, '
+            'reserved %(reserved)d GiB (%(reason)s), allocation_ratio '
+            '%(ratio)s', {'node': nodename,
+                          'total': decision.inventory['total'],
+                          'reserved': reserved, 'reason': decision.reason,
+                          'ratio': decision.inventory['allocation_ratio']})
+        return
     (LOG.info if changed else LOG.debug)(
         'prealloc_backend: DISK_GB of %(node)s: total %(total)d GiB, '
         'reserved %(reserved)d GiB (files other than instance disks '

@@ -148,15 +148,20 @@ def read_guests(uri, connect=None):
     try:
         found = {}
         for dom in conn.listAllDomains(0):
-            state, reason = dom.state()
+            try:
+                uuid = dom.UUIDString()
+                state, reason = dom.state()
+            except Exception:
+                # libvirtError: the domain went away since the list (a
+                # server deleted meanwhile): the others are still read.
+                continue
             try:
                 xml = dom.metadata(VIR_DOMAIN_METADATA_ELEMENT, NOVA_NS, 0)
             except Exception:
                 # libvirtError: a domain without nova's metadata.
                 xml = None
             flavor, specs = nova_metadata(xml) if xml else (None, None)
-            found[dom.UUIDString()] = Guest(dom.UUIDString(), state, reason,
-                                            flavor, specs)
+            found[uuid] = Guest(uuid, state, reason, flavor, specs)
         return found
     finally:
         conn.close()

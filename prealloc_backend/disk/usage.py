@@ -183,7 +183,9 @@ def recorded_formats(dir_fd):
         os.close(fd)
     try:
         record = json.loads(data or b'{}')
-    except ValueError:
+    except (ValueError, RecursionError):
+        # Not JSON, or nested past the parser's depth (the nova user
+        # writes disk.info).
         return {}
     if not isinstance(record, dict):
         return {}
@@ -312,7 +314,7 @@ def scan(fd, host_format, base_subdirectory='_base', fiemap=False,
     host (diskplan.host_disk_format), for disks without a disk.info entry.
     """
     host_format = diskplan.DiskFormat(host_format).value
-    figures = fs_figures(fd)
+    before = fs_figures(fd)
     disks, problems = [], []
     base_bytes = base_files = 0
     for entry in sorted(os.listdir(fd)):
@@ -321,6 +323,11 @@ def scan(fd, host_format, base_subdirectory='_base', fiemap=False,
         elif uuidutils.is_uuid_like(entry):
             disks += _instance_disks(fd, entry, host_format, fiemap,
                                      max_extents, problems)
+    # A disk made or grown during the walk is in the disks' blocks: the
+    # filesystem's figures must count it too (the later reading). A file
+    # removed meanwhile leaves the earlier reading the stricter. The one
+    # with less available is never looser than what the disks hold.
+    figures = min(before, fs_figures(fd), key=lambda f: f.available)
     return Scan(fs=figures, disks=disks, base_bytes=base_bytes,
                 base_files=base_files, problems=problems)
 

@@ -287,6 +287,30 @@ def inventory(nova_inventory, reserving, fs=None, room_=None):
                                                    total - reserved))
 
 
+def unread(nova_inventory, last_reserved=None):
+    """The DISK_GB inventory of a reserving host whose instances directory
+    could not be read: ``last_reserved`` (GiB, the last decided here)
+    where there is one, else all of it (placement offers nothing new
+    there until a reading succeeds); never looser than nova's reserved,
+    never a ratio above 1.0.
+    """
+    if nova_inventory is None:
+        return Decision(None, False, reason='nova reports no DISK_GB here')
+    total = int(nova_inventory['total'])
+    reserved = total if last_reserved is None else int(last_reserved)
+    reserved = max(reserved, int(nova_inventory.get('reserved') or 0))
+    reserved = min(max(reserved, 0), total)
+    ratio = float(nova_inventory.get('allocation_ratio') or 1.0)
+    result = dict(nova_inventory, reserved=reserved,
+                  allocation_ratio=min(ratio, 1.0))
+    return Decision(result, result != nova_inventory,
+                    ratio_overridden=ratio if ratio > 1.0 else None,
+                    reason='the instances directory could not be read: '
+                           'reserved %s' % ('as last decided'
+                                            if last_reserved is not None
+                                            else 'whole'))
+
+
 def offered_bytes(inv, usage_bytes):
     """What placement still hands out for ``inv`` (a DISK_GB inventory)
     once ``usage_bytes`` (whole GiB) are allocated: ``(total - reserved) *

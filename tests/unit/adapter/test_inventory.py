@@ -52,6 +52,8 @@ class TestUpdateProviderTree(base.BackendTestCase):
         self.flags(preallocate_images='space')
         inventory._last_counted.clear()
         inventory._warned_ratios.clear()
+        inventory._last_decided.clear()
+        inventory._logged_problems.clear()
 
     def tree(self, disk_gb):
         tree = provider_tree.ProviderTree()
@@ -197,12 +199,55 @@ class TestUpdateProviderTree(base.BackendTestCase):
         self.assertEqual(known.room.promised, again.room.promised)
         self.assertLess(again.room.promised, units.Mi)
 
-    def test_unreadable_instances_path_keeps_novas(self):
+    def test_unreadable_instances_path_offers_nothing_new(self):
+        # Never read: everything reserved (nova's would promise the whole
+        # filesystem, 4 times over), the ratio at most 1.0.
         self.flags(instances_path=os.path.join(self.instances_path, 'gone'))
-        disk_gb = nova_disk_gb(100)
-        tree = self.tree(disk_gb)
-        inventory.update_provider_tree(tree, NODE)
-        self.assertEqual(disk_gb, tree.data(NODE).inventory['DISK_GB'])
+        tree = self.tree(nova_disk_gb(100, ratio=4.0))
+        decision = inventory.update_provider_tree(tree, NODE)
+        self.assertEqual(nova_disk_gb(100, reserved=100, ratio=1.0),
+                         tree.data(NODE).inventory['DISK_GB'])
+        self.assertIsNone(decision.room)
+
+    def test_failed_reading_keeps_the_last_decision(self):
+        # Any error of the scan (here not an OSError: a disk.info the
+        # parser chokes on would be one) neither escapes into nova's
+        # update nor loosens what was decided from the last reading.
+        size, _avail = self.fs()
+        img = self.image('qcow2', 'space')
+        self.cache(img, size=GiB // 4)
+        read = inventory.update_provider_tree(
+            self.tree(nova_disk_gb(size // GiB)), NODE)
+        self.assertGreater(read.inventory['reserved'], 0)
+        tree = self.tree(nova_disk_gb(size // GiB, ratio=2.0))
+        with mock.patch.object(inventory.usage, 'scan_path',
+                               side_effect=RuntimeError('boom')):
+            failed = inventory.update_provider_tree(tree, NODE)
+        self.assertEqual(read.inventory['reserved'],
+                         tree.data(NODE).inventory['DISK_GB']['reserved'])
+        self.assertEqual(1.0, failed.inventory['allocation_ratio'])
+
+    def test_problems_warned_once_while_they_last(self):
+        log = self.useFixture(fixtures.FakeLogger())
+        size, _avail = self.fs()
+        found = inventory.usage.scan_path(self.instances_path, 'qcow2')
+
+        def scan(problems):
+            return mock.patch.object(
+                inventory.usage, 'scan_path',
+                return_value=found.__class__(
+                    fs=found.fs, disks=found.disks,
+                    base_bytes=found.base_bytes,
+                    base_files=found.base_files, problems=problems))
+
+        for problems in (['a: EACCES'], ['a: EACCES'], [], ['a: EACCES']):
+            with scan(problems):
+                inventory.update_provider_tree(
+                    self.tree(nova_disk_gb(size // GiB)), NODE)
+        # Warned when seen, not while it stays, again once it came back.
+        self.assertEqual(2, log.output.count('not read whole (a: EACCES)'))
+        self.assertEqual({NODE: set(['a: EACCES'])},
+                         inventory._logged_problems)
 
 
 class TestCountedFlavors(base.TestCase):

@@ -202,6 +202,20 @@ class TestMetadata(base.TestCase):
         self.assertEqual((None, None), capacity.nova_metadata('<x/>'))
         self.assertEqual((None, None), capacity.nova_metadata('not xml'))
 
+    def test_domain_gone_during_the_read(self):
+        # A server deleted between the list and the domain's state: the
+        # other guests are still read.
+        class Gone(base.FakeDomain):
+            def state(self):
+                raise RuntimeError('Domain not found: no domain with '
+                                   'matching uuid')
+
+        found = capacity.read_guests(
+            'qemu:///system', base.FakeReadOnlyConnection(
+                [Gone('gone'), base.FakeDomain('here', state=3, reason=5)]))
+        self.assertEqual(['here'], sorted(found))
+        self.assertEqual((3, 5), (found['here'].state, found['here'].reason))
+
     def test_libvirt_uri_as_nova(self):
         self.flags(virt_type='kvm', group='libvirt')
         self.assertEqual('qemu:///system', capacity.libvirt_uri(base.CONF))

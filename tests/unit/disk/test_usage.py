@@ -154,6 +154,38 @@ class TestScan(base.BackendTestCase):
         disk, = self.scan(host_format='raw').disks
         self.assertEqual('raw', disk.fmt)
 
+    def test_disk_info_nested_past_the_parser(self):
+        # The nova user writes disk.info: 64 KiB of '[' is no record (the
+        # host's format is believed), never an error out of the scan.
+        uuid, path = self.make('raw', 'none')
+        with open(os.path.join(os.path.dirname(path), 'disk.info'),
+                  'w') as f:
+            f.write('[' * usage.DISK_INFO_MAX)
+        disk, = self.scan(host_format='raw').disks
+        self.assertEqual('raw', disk.fmt)
+
+    def test_disk_made_during_the_walk_is_in_the_filesystem_figures(self):
+        # A disk created while the scan walks the directories is in the
+        # disks' blocks: the filesystem's figures must count it too, or
+        # the room left looks larger than it is by the whole disk.
+        self.make('qcow2', 'space')
+        made = 512 * units.Mi
+        walk = usage._instance_disks
+
+        def walk_and_create(*args, **kwargs):
+            if not os.path.exists(self.created):
+                with open(self.created, 'wb') as f:
+                    os.posix_fallocate(f.fileno(), 0, made)
+            return walk(*args, **kwargs)
+
+        self.created = os.path.join(self.instances_path, 'made-meanwhile')
+        self.useFixture(fixtures.MonkeyPatch(
+            'prealloc_backend.disk.usage._instance_disks', walk_and_create))
+        vfs = os.statvfs(self.instances_path)
+        found = self.scan()
+        self.assertLessEqual(found.fs.available,
+                             vfs.f_bavail * vfs.f_frsize - made // 2)
+
     def test_qcow2_record_with_another_header_is_its_size(self):
         uuid, path = self.make('raw', 'none')
         info = os.path.join(os.path.dirname(path), 'disk.info')
