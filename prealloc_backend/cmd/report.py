@@ -32,7 +32,9 @@ node_exporter then drops (node_textfile_scrape_error). The directory must
 be root's alone: root writes there by name.
 """
 
+import errno
 import os
+import stat
 import sys
 import time
 import traceback
@@ -45,6 +47,7 @@ from prealloc_backend.checks import owner
 from prealloc_backend.cmd import check as check_cmd
 from prealloc_backend import conf as pb_conf
 from prealloc_backend import exception
+from prealloc_backend.privsep import beneath
 from prealloc_backend.system import fileops
 
 # Debian's and Ubuntu's prometheus-node-exporter reads this directory
@@ -184,38 +187,81 @@ def render(collector):
     return exposition.generate_latest(registry)
 
 
+class UnsafeOutput(Exception):
+    """The output's directory is not one root may write into."""
+
+
+def _open_output_directory(directory):
+    """A descriptor (read-only, close-on-exec) of ``directory``, reached
+    from / without following a symlink in any component, and checked: as
+    root, the directory itself is root's and writable by nobody else. Its
+    parents may be another user's (Debian's /var/lib/prometheus is the
+    prometheus user's): whatever they do to the names above, the file is
+    written through this descriptor, into this directory only.
+    """
+    try:
+        path_fd = beneath.open_absolute_dir(directory)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise UnsafeOutput('%s is not a directory' % directory)
+        if exc.errno == errno.ELOOP:
+            raise UnsafeOutput('%s: a symlink on the way (root follows '
+                               'none there)' % directory)
+        raise UnsafeOutput('%s: %s' % (directory, exc))
+    try:
+        fd = os.open('.', os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
+                     dir_fd=path_fd)
+    finally:
+        os.close(path_fd)
+    st = os.fstat(fd)
+    if os.geteuid() == 0 and (st.st_uid != 0 or
+                              owner.writable_by_others(st)):
+        os.close(fd)
+        why = ('is owned by %s' % owner.describe_owner(st)
+               if st.st_uid != 0 else
+               'may be written by its group or by others (mode %04o)'
+               % stat.S_IMODE(st.st_mode))
+        raise UnsafeOutput('%s %s: root writes there, so only root may '
+                           'change it' % (directory, why))
+    return fd
+
+
 def refusal(output):
-    """Why root must not write ``output`` by name, or None."""
+    """Why root must not write ``output``, or None (write() checks again,
+    on the descriptor it writes through).
+    """
     directory = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(directory):
-        return '%s is not a directory' % directory
     if not output.endswith('.prom'):
         return ("%s: node_exporter's textfile collector reads only *.prom "
                 'files' % output)
     try:
-        found = owner.control(directory)
-    except OSError as exc:
-        return 'cannot tell who controls %s: %s' % (directory, exc)
-    if os.geteuid() == 0 and not found.root_only:
-        return ('%s: %s: root writes there by name, so only root may '
-                'change it' % (directory, found.describe()))
+        os.close(_open_output_directory(directory))
+    except UnsafeOutput as exc:
+        return str(exc)
     return None
 
 
 def write(output, data):
-    """Replace ``output`` with ``data`` durably (fileops.write_file), the
-    temporary file named for this process (not *.prom: the collector
-    ignores it) and removed if the write fails.
+    """Replace ``output`` with ``data`` durably (fileops.write_file),
+    through a checked descriptor of its directory
+    (_open_output_directory), the temporary file named for this process
+    (not *.prom: the collector ignores it) and removed if the write fails.
     """
+    directory = os.path.dirname(os.path.abspath(output))
+    name = os.path.basename(output)
     suffix = '.%d.tmp' % os.getpid()
+    dir_fd = _open_output_directory(directory)
     try:
-        fileops.write_file(output, data, mode=0o644, suffix=suffix)
+        fileops.write_file(name, data, mode=0o644, suffix=suffix,
+                           dir_fd=dir_fd)
     except BaseException:
         try:
-            os.unlink(output + suffix)
+            os.unlink(name + suffix, dir_fd=dir_fd)
         except OSError:
             pass
         raise
+    finally:
+        os.close(dir_fd)
 
 
 def add_arguments(parser):
@@ -280,7 +326,13 @@ def run(args, clock=time.monotonic):
         if args.stdout:
             sys.stdout.write(data.decode())
         else:
-            write(args.output, data)
+            try:
+                write(args.output, data)
+            except UnsafeOutput as exc:
+                # Changed since the first look (refusal, above).
+                print('Error: refusing to write %s: %s' % (args.output, exc),
+                      file=sys.stderr)
+                return ERROR_EXIT
         return code
     except Exception:
         print('Error:\n%s' % traceback.format_exc(), file=sys.stderr)

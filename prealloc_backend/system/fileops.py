@@ -162,17 +162,21 @@ def publish(tmp, final):
     fsync_dir(os.path.dirname(final))
 
 
-def write_file(path, data, mode=0o644, suffix='.tmp'):
+def write_file(path, data, mode=0o644, suffix='.tmp', dir_fd=None):
     """Replace the file at ``path`` with ``data`` (str or bytes) durably:
     written aside (as ``path + suffix``), flushed, renamed into place, the
     directory flushed. A reader, or a power cut, sees the old content or
-    the new, whole.
+    the new, whole. ``dir_fd``: a descriptor of the directory (opened for
+    reading) that holds ``path``, then a name in it: no name outside it is
+    looked up, and that directory is the one flushed.
     """
     if isinstance(data, str):
         data = data.encode()
     tmp = path + suffix
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                 mode)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    if dir_fd is not None:
+        flags |= os.O_NOFOLLOW
+    fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
     try:
         view = memoryview(data)
         while view:
@@ -180,8 +184,12 @@ def write_file(path, data, mode=0o644, suffix='.tmp'):
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.rename(tmp, path)
-    fsync_dir(os.path.dirname(path))
+    if dir_fd is None:
+        os.rename(tmp, path)
+        fsync_dir(os.path.dirname(path))
+    else:
+        os.rename(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.fsync(dir_fd)
 
 
 def remove(path):

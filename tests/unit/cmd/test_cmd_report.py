@@ -216,17 +216,22 @@ class TestWrite(ReportCase):
             calls.append(('fsync', os.readlink('/proc/self/fd/%d' % fd)))
             return real_fsync(fd)
 
-        def rename(src, dst):
-            with open(src) as f:
-                calls.append(('rename', src, dst, f.read()))
-            return real_rename(src, dst)
+        def rename(src, dst, src_dir_fd, dst_dir_fd):
+            # Names in the directory written through, never paths.
+            self.assertEqual(src_dir_fd, dst_dir_fd)
+            where = os.readlink('/proc/self/fd/%d' % src_dir_fd)
+            with open(os.path.join(where, src)) as f:
+                calls.append(('rename', where, src, dst, f.read()))
+            return real_rename(src, dst, src_dir_fd=src_dir_fd,
+                               dst_dir_fd=dst_dir_fd)
 
         self.useFixture(fixtures.MonkeyPatch('os.fsync', fsync))
         self.useFixture(fixtures.MonkeyPatch('os.rename', rename))
         report.write(self.output, b'new 1\n')
-        tmp = self.output + '.%d.tmp' % os.getpid()
-        self.assertEqual([('fsync', tmp),
-                          ('rename', tmp, self.output, 'new 1\n'),
+        tmp = 'prealloc_backend.prom.%d.tmp' % os.getpid()
+        self.assertEqual([('fsync', os.path.join(self.out_dir, tmp)),
+                          ('rename', self.out_dir, tmp,
+                           'prealloc_backend.prom', 'new 1\n'),
                           ('fsync', self.out_dir)], calls)
         with open(self.output) as f:
             self.assertEqual('new 1\n', f.read())
@@ -263,6 +268,40 @@ class TestWrite(ReportCase):
         self.assertEqual(report.ERROR_EXIT, code)
         self.assertIn('refusing to write', err)
         self.assertEqual([], os.listdir(shared))
+        # Another user's directory: refused.
+        theirs = os.path.join(self.tmp, 'theirs')
+        os.mkdir(theirs, 0o755)
+        os.chown(theirs, 65534, 65534)
+        self.assertIn('is owned by', report.refusal(
+            os.path.join(theirs, 'x.prom')))
+
+    def test_root_directory_under_another_users_parent(self):
+        # Debian's layout: /var/lib/prometheus is the prometheus user's,
+        # its node-exporter directory root's. Root writes there through a
+        # descriptor of that directory; a symlink put in its place is
+        # refused, and whatever the parent's owner renames, nothing is
+        # written anywhere else.
+        if os.geteuid() != 0:
+            self.skipTest('needs root (a directory of another user)')
+        parent = os.path.join(self.tmp, 'prometheus')
+        os.mkdir(parent, 0o755)
+        os.chown(parent, 65534, 65534)
+        textfile = os.path.join(parent, 'node-exporter')
+        os.mkdir(textfile, 0o755)
+        output = os.path.join(textfile, 'prealloc_backend.prom')
+        self.assertIsNone(report.refusal(output))
+        report.write(output, b'one\n')
+        with open(output) as f:
+            self.assertEqual('one\n', f.read())
+        # The parent's owner swaps the directory for a symlink elsewhere.
+        elsewhere = os.path.join(self.tmp, 'elsewhere')
+        os.mkdir(elsewhere, 0o755)
+        os.rename(textfile, textfile + '.moved')
+        os.symlink(elsewhere, textfile)
+        self.assertIn('a symlink on the way', report.refusal(output))
+        self.assertRaises(report.UnsafeOutput, report.write, output,
+                          b'two\n')
+        self.assertEqual([], os.listdir(elsewhere))
 
     def test_bad_deadline(self):
         code, _out, err = self.run_report('--deadline', '0')
@@ -276,11 +315,14 @@ class TestWrite(ReportCase):
         real = fileops.write_file
         self.useFixture(fixtures.MonkeyPatch(
             'prealloc_backend.system.fileops.write_file',
-            lambda *a, **k: seen.append(a) or real(*a, **k)))
+            lambda *a, **k: seen.append((a, k)) or real(*a, **k)))
         self.disk()
         code, _out, _err = self.run_report()
         self.assertEqual(report.OK, code)
-        self.assertEqual(self.output, seen[0][0])
+        # A name in the directory's descriptor.
+        (args, kwargs), = seen
+        self.assertEqual(('prealloc_backend.prom', ), args[:1])
+        self.assertIsInstance(kwargs['dir_fd'], int)
 
 
 class TestShippedFiles(ReportCase):
