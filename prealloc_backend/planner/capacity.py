@@ -273,18 +273,9 @@ def inventory(nova_inventory, reserving, fs=None, room_=None):
                                'stands')
     total = int(nova_inventory['total'])
     offered = max(0, (fs.size - room_.reserved) // GiB)
-    reserved = total - offered
-    reserved = max(reserved, int(nova_inventory.get('reserved') or 0))
-    reserved = min(max(reserved, 0), total)
-    ratio = float(nova_inventory.get('allocation_ratio') or 1.0)
-    overridden = ratio if ratio > 1.0 else None
-    result = dict(nova_inventory, reserved=reserved,
-                  allocation_ratio=min(ratio, 1.0))
-    return Decision(result, result != nova_inventory, room=room_,
-                    ratio_overridden=overridden,
-                    reason='reserved = %d GiB of %d: %d GiB left for new '
-                           'disks before usage' % (reserved, total,
-                                                   total - reserved))
+    return _reserving(nova_inventory, total - offered, room_,
+                      'reserved = %(reserved)d GiB of %(total)d: %(left)d '
+                      'GiB left for new disks before usage')
 
 
 def unread(nova_inventory, last_reserved=None):
@@ -296,19 +287,29 @@ def unread(nova_inventory, last_reserved=None):
     """
     if nova_inventory is None:
         return Decision(None, False, reason='nova reports no DISK_GB here')
+    return _reserving(
+        nova_inventory,
+        int(nova_inventory['total']) if last_reserved is None
+        else int(last_reserved), None,
+        'the instances directory could not be read: reserved %s'
+        % ('as last decided' if last_reserved is not None else 'whole'))
+
+
+def _reserving(nova_inventory, reserved, room_, reason):
+    """A reserving host's Decision: nova's inventory with ``reserved``
+    (GiB) kept between nova's own reserved and the total, and a ratio of
+    at most 1.0. ``reason`` may name reserved, total and left.
+    """
     total = int(nova_inventory['total'])
-    reserved = total if last_reserved is None else int(last_reserved)
     reserved = max(reserved, int(nova_inventory.get('reserved') or 0))
     reserved = min(max(reserved, 0), total)
     ratio = float(nova_inventory.get('allocation_ratio') or 1.0)
     result = dict(nova_inventory, reserved=reserved,
                   allocation_ratio=min(ratio, 1.0))
-    return Decision(result, result != nova_inventory,
+    return Decision(result, result != nova_inventory, room=room_,
                     ratio_overridden=ratio if ratio > 1.0 else None,
-                    reason='the instances directory could not be read: '
-                           'reserved %s' % ('as last decided'
-                                            if last_reserved is not None
-                                            else 'whole'))
+                    reason=reason % {'reserved': reserved, 'total': total,
+                                     'left': total - reserved})
 
 
 def offered_bytes(inv, usage_bytes):
