@@ -75,7 +75,7 @@ class TestRuntimeImports(base.TestCase):
                'prealloc_backend.disk.fsprobe',
                'prealloc_backend.disk.hostcaps',
                'prealloc_backend.disk.journal', 'prealloc_backend.disk.qcow2',
-               'prealloc_backend.disk.qemu',
+               'prealloc_backend.disk.qemu', 'prealloc_backend.disk.refcount',
                'prealloc_backend.planner', 'prealloc_backend.planner.diskplan',
                'prealloc_backend.planner.modes',
                'prealloc_backend.planner.qcow2_layout',
