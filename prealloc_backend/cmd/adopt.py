@@ -218,7 +218,7 @@ def flavor_size(flavor, name):
 
 
 def recorded_overlay(domain, dev, path, domain_fmt, flavor):
-    """(Checked, OverlayFacts) of the overlay at ``path``, the domain's
+    """(Checked, ExistingDisk) of the overlay at ``path``, the domain's
     disk ``dev`` which the domain gives QEMU as ``domain_fmt``, from
     nova's and libvirt's records, never from its header alone.
 
@@ -256,19 +256,13 @@ def recorded_overlay(domain, dev, path, domain_fmt, flavor):
     info = checked.info
     capacity = domain.blockInfo(dev)[0]
     wanted = flavor_size(flavor, os.path.basename(path))
-    if info['virtual-size'] != capacity or wanted not in (None, capacity):
+    if info.virtual_size != capacity or wanted not in (None, capacity):
         raise NotRecordedOverlay(
             '%s: its sizes disagree: libvirt\'s block info says %d bytes, '
-            'its header %d%s' % (path, capacity, info['virtual-size'],
+            'its header %d%s' % (path, capacity, info.virtual_size,
                                  ', its flavor %d' % wanted if wanted
                                  else ''))
-    specific = info.get('format-specific', {}).get('data', {})
-    facts = adoption.OverlayFacts(
-        virtual_size=capacity,
-        cluster_size=info.get('cluster-size', 65536),
-        extended_l2=bool(specific.get('extended-l2', False)),
-        allocated_bytes=os.stat(path).st_blocks * 512)
-    return checked, facts
+    return checked, qcow2.existing_from(path, info)
 
 
 def _claim(instance):

@@ -37,7 +37,6 @@ from prealloc_backend.disk import journal
 from prealloc_backend.disk import qemu
 from prealloc_backend.disk import refcount
 from prealloc_backend import exception
-from prealloc_backend.planner import diskplan
 from prealloc_backend.planner import qcow2_layout
 from prealloc_backend.system import fileops
 
@@ -68,23 +67,17 @@ def _drop_zeros(path, plan):
 
 
 def existing(path):
-    """(ExistingDisk, qemu-img info) of the qcow2 disk at ``path``."""
+    """(ExistingDisk, ImageInfo) of the qcow2 disk at ``path``."""
     info = qemu.info(path, 'qcow2')
     return existing_from(path, info), info
 
 
 def existing_from(path, info):
-    """The ExistingDisk of the qcow2 disk at ``path`` whose ``qemu-img
-    info`` is ``info`` (read for its check: formats.check_qcow2_disk), its
+    """The ExistingDisk of the qcow2 disk at ``path`` whose ImageInfo is
+    ``info`` (read for its check: formats.check_qcow2_disk), its
     allocation as it is now.
     """
-    st = os.stat(path)
-    data = info.get('format-specific', {}).get('data', {})
-    return diskplan.ExistingDisk(
-        allocated_bytes=st.st_blocks * 512,
-        virtual_size=info['virtual-size'],
-        cluster_size=info.get('cluster-size'),
-        extended_l2=bool(data.get('extended-l2', False)))
+    return info.existing(os.stat(path).st_blocks * 512)
 
 
 def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
@@ -142,7 +135,10 @@ def grow(path, old_size, plan, timeout=None):
     # qemu-img flushes what it wrote; flushed again here, so that the
     # grown disk is on the device when the journal is removed.
     fileops.sync(path)
-    grown = qemu.info(path, 'qcow2')['virtual-size']
+    # Read from the header qemu-img wrote last (no second qemu-img info
+    # of a disk the operation read already).
+    header = qemu.header_info(path)
+    grown = header.virtual_size if header is not None else 0
     if grown < size:
         raise exception.QemuImgOutputError(
             cmd='qemu-img resize', reason='it reported success but the '

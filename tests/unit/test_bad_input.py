@@ -383,8 +383,8 @@ class FakeQemuImgTestCase(FakeQemuImgBase):
     def test_qemu_img_works_through_the_fake(self):
         """Control: with no behaviour file the real qemu-img answers."""
         disk = self.spawn(self.make_instance(), 4 * units.Mi)
-        self.assertEqual(4 * units.Mi, qemu.info(disk, 'qcow2')[
-            'virtual-size'])
+        self.assertEqual(4 * units.Mi,
+                         qemu.info(disk, 'qcow2').virtual_size)
 
     def test_not_installed(self):
         """No qemu-img on PATH at all."""

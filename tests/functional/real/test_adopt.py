@@ -74,7 +74,7 @@ _CHILD = textwrap.dedent('''
     conf([], project='nova')
     conf.set_override('instances_path', instances_path)
     checked = formats.check_qcow2_disk(path)
-    size = checked.info['virtual-size']
+    size = checked.info.virtual_size
     import os
     plan = diskplan.make_plan(conf.prealloc_backend, None, Mode.SPACE,
                               diskplan.DiskFormat.QCOW2, size,
