@@ -80,17 +80,32 @@ def existing_from(path, info):
     return info.existing(os.stat(path).st_blocks * 512)
 
 
+def make_overlay(target, virtual_size, base, base_fmt, plan, timeout=None):
+    """Make ``target``, a new file, a qcow2 overlay of ``base`` (format
+    ``base_fmt``) of ``virtual_size`` bytes laid out as ``plan`` says,
+    checked (qemu.check_overlay), its zeros out of the page cache: the one
+    way an overlay is made, by the disk operation (create_overlay) and by
+    adoption (adoption/live.py's target). Removed on any error. Returns
+    its ImageInfo; the caller flushes and publishes it.
+    """
+    with fileutils.remove_path_on_error(target):
+        qemu.create_overlay(target, virtual_size, base, base_fmt, plan,
+                            timeout=timeout)
+        made = qemu.check_overlay(target, virtual_size, base, plan)
+        _drop_zeros(target, plan)
+    return made
+
+
 def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
     """Make ``path`` a qcow2 overlay of ``base`` laid out as ``plan`` says,
-    through a temporary file renamed into place when complete.
+    through a temporary file renamed into place when complete. Returns
+    its ImageInfo.
     """
     tmp = path + journal.TMP_SUFFIX
     started = time.monotonic()
+    made = make_overlay(tmp, virtual_size, base, base_fmt, plan,
+                        timeout=timeout)
     with fileutils.remove_path_on_error(tmp):
-        qemu.create_overlay(tmp, virtual_size, base, base_fmt, plan,
-                            timeout=timeout)
-        qemu.check_overlay(tmp, virtual_size, base, plan)
-        _drop_zeros(tmp, plan)
         fileops.publish(tmp, path)
     LOG.info('Created %(path)s: qcow2 overlay of %(base)s, %(size)d bytes, '
              'preallocation=%(prealloc)s, cluster_size=%(cluster)d, '
@@ -99,6 +114,7 @@ def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
               'prealloc': plan.preallocation.value,
               'cluster': plan.cluster_size, 'ext': plan.extended_l2,
               'secs': time.monotonic() - started})
+    return made
 
 
 def grow(path, old_size, plan, timeout=None):
