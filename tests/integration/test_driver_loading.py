@@ -77,6 +77,7 @@ class TestRuntimeImports(base.TestCase):
                'prealloc_backend.disk.journal', 'prealloc_backend.disk.qcow2',
                'prealloc_backend.disk.qemu', 'prealloc_backend.disk.refcount',
                'prealloc_backend.planner', 'prealloc_backend.planner.diskplan',
+               'prealloc_backend.planner.hostpolicy',
                'prealloc_backend.planner.modes',
                'prealloc_backend.planner.qcow2_layout',
                'prealloc_backend.privsep', 'prealloc_backend.privsep.beneath',
