@@ -25,9 +25,11 @@ syscall-only modules that import nothing from nova (the daemon's smallest
 surface) and are turned into the classes below by ``privsep/fs.py``; the
 operator command's argument and file-parsing errors
 (``cmd/check.ConfigLoadError``, ``SizeError``, ``checks/libvirtd.
-ConfSyntaxError``) and the benchmark's (``bench/tools.ToolError``,
-``TooShort``, ``bench/guest.GuestError``) end in a check result or a report
-line, never in nova.
+ConfSyntaxError``), adoption's outcomes of a copy (``adoption/live.
+Cancelled``, ``AdoptionFailed``, ``NotConverging``) and of its lock
+(``adoption/recovery.AlreadyRunning``) and the benchmark's
+(``bench/tools.ToolError``, ``TooShort``, ``bench/guest.GuestError``) end
+in a check result or a report line, never in nova.
 """
 
 from nova import exception as nova_exception
@@ -191,6 +193,14 @@ class DiskFormatMismatch(nova_exception.InvalidDiskInfo):
     msg_fmt = ('Refusing disk %(path)s: nova recorded it as %(recorded)s '
                '(%(source)s) but its header says %(header)s; a disk\'s '
                'format is never taken from a header its guest can write')
+
+
+class NotRecordedOverlay(PreallocError):
+    """nova's and libvirt's records do not make a disk a qcow2 overlay of
+    the size they give it (adoption.instances.recorded_overlay): adoption
+    leaves it as it is.
+    """
+    msg_fmt = '%(path)s: %(reason)s'
 
 
 class UnsafeDiskHeader(nova_exception.InvalidDiskInfo):

@@ -13,7 +13,8 @@
 """What each test tier needs from the machine, checked once per tier.
 
 Each tier package (tests/unit, tests/integration, tests/privileged,
-tests/functional, tests/functional/real) hands its discovery to
+tests/functional, tests/functional/real, and the benchmark's
+bench/prealloc_bench/tests) hands its discovery to
 ``load_tier`` through the ``load_tests`` protocol. When the machine lacks
 something the tier needs (a command, root, a Python module, a libvirtd
 that answers), the tier's tests are not loaded at all: only its
@@ -84,6 +85,8 @@ LOOP = ('mkfs.ext4', 'mkfs.xfs', 'mount', 'umount', 'losetup')
 # tier package -> (what it needs, what it needs only when run as root).
 TIERS = {
     'tests.unit': (COMMON, ()),
+    # The benchmark's unit tests, in its own distribution (tox -e bench).
+    'prealloc_bench.tests': (COMMON, ()),
     'tests.integration': (COMMON, ()),
     'tests.privileged': ((ROOT,) + COMMON + LOOP + ('useradd',), ()),
     'tests.functional': (

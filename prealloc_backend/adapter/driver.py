@@ -42,7 +42,6 @@ from nova import objects
 import nova.virt
 from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import utils as libvirt_utils
-from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
@@ -55,7 +54,7 @@ from prealloc_backend.adoption import recovery
 from prealloc_backend import conf
 from prealloc_backend.disk import hostcaps
 from prealloc_backend import exception
-from prealloc_backend.planner import modes
+from prealloc_backend.planner import hostpolicy
 
 LOG = logging.getLogger(__name__)
 CONF = conf.CONF
@@ -74,58 +73,12 @@ def register():
         setattr(nova.virt, NOVA_VIRT_NAME, module)
 
 
-def _check_options():
-    """Read every [prealloc_backend] option once, at start-up.
-
-    oslo.config checks a value when it is first read: without this, a bad
-    progress_interval would first fail in the middle of a zero-fill.
-    """
-    for opt in conf.prealloc_opts:
-        try:
-            value = getattr(CONF.prealloc_backend, opt.dest)
-        except cfg.ConfigSourceValueError as exc:
-            reason = str(exc).split(' is not valid: ', 1)[-1]
-            raise exception.InvalidOption(group=conf.GROUP_NAME,
-                                          name=opt.name, reason=reason,
-                                          allowed=conf.allowed(opt))
-        if value is None and opt.default is not None:
-            raise exception.InvalidOption(group=conf.GROUP_NAME,
-                                          name=opt.name,
-                                          reason='an empty value',
-                                          allowed=conf.allowed(opt))
-
-
-def validate_config():
-    """Refuse invalid and contradictory settings at start-up, naming the
-    options.
-
-    Returns the host's mode.
-    """
-    _check_options()
-    mode = modes.host_mode(CONF)
-    opts = CONF.prealloc_backend
-    if (mode.preallocates and not opts.qcow2_extended_l2 and
-            migrationops.overlay_images_type()):
-        raise exception.ConflictingOptions(
-            reason='[prealloc_backend] qcow2_extended_l2 = False with mode '
-                   '%s: the instance disks are qcow2 overlays (images_type=%s'
-                   ', use_cow_images=%s) and QEMU cannot preallocate an '
-                   'overlay without extended_l2; set qcow2_extended_l2 = True '
-                   'or mode = none' % (mode.value, CONF.libvirt.images_type,
-                                       CONF.use_cow_images))
-    if opts.mode is not None and opts.mode != CONF.preallocate_images:
-        LOG.info('[prealloc_backend] mode = %(mode)s overrides [DEFAULT] '
-                 'preallocate_images = %(nova)s for instance disks',
-                 {'mode': opts.mode, 'nova': CONF.preallocate_images})
-    return mode
-
-
 class LibvirtDriver(libvirt_driver.LibvirtDriver):
     """nova's libvirt driver whose image backend preallocates disks."""
 
     def __init__(self, virtapi, read_only=False):
         super().__init__(virtapi, read_only=read_only)
-        mode = validate_config()
+        mode = hostpolicy.validate(CONF)
         self.image_backend = backend.Backend(CONF.use_cow_images)
         LOG.info('prealloc_backend: host mode %(mode)s, images_type '
                  '%(type)s, qcow2 extended_l2 %(ext)s, cluster size '

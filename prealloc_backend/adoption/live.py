@@ -79,7 +79,7 @@ from lxml import etree
 from oslo_log import log as logging
 
 from prealloc_backend.disk import journal as journal_mod
-from prealloc_backend.disk import qemu
+from prealloc_backend.disk import qcow2
 from prealloc_backend import exception
 from prealloc_backend.system import fileops
 from prealloc_backend.system import stopping
@@ -190,28 +190,33 @@ class Progress:
     ready: bool
 
 
+def _journal_file(path):
+    # disk/journal.py's JournalFile, with this journal's names: those a
+    # running fleet's adopt may have left.
+    return journal_mod.JournalFile(path, JOURNAL_SUFFIX, '.tmp', mode=0o600)
+
+
 def journal_path(path):
-    return path + JOURNAL_SUFFIX
+    return _journal_file(path).path
 
 
 def read_journal(path):
-    """The journal's phase for the disk at ``path``, or None. A journal
+    """The journal's record for the disk at ``path``, or None. A journal
     that does not parse or names another phase is reported as it is: the
     caller leaves such a disk alone (never guesses which file is the
     disk).
     """
     try:
-        with open(journal_path(path), 'rb') as f:
-            data = f.read(4096)
-    except FileNotFoundError:
-        return None
-    try:
-        record = json.loads(data)
-        phase = record['phase']
-    except (ValueError, KeyError, TypeError):
+        record = _journal_file(path).read()
+        if record is not None and 'phase' not in record:
+            raise journal_mod.Unreadable(path, json.dumps(record).encode())
+    except journal_mod.Unreadable as exc:
         raise exception.PreallocError(
             reason='%s: adoption journal %r is unreadable: left as it is'
-                   % (path, data[:200]))
+                   % (path, exc.data[:200]))
+    if record is None:
+        return None
+    phase = record['phase']
     if phase not in PHASES:
         raise exception.PreallocError(
             reason='%s: adoption journal names phase %r, not one of %s: '
@@ -222,9 +227,8 @@ def read_journal(path):
 def _journal(path, phase, dev, paused=False, domain_id=None):
     # domain_id: the running domain's ID (one per QEMU process) when the
     # adoption paused it: a QEMU started later has another.
-    fileops.write_file(journal_path(path), json.dumps(
-        {'phase': phase, 'dev': dev, 'paused': paused,
-         'domain_id': domain_id, 'time': time.time()}), mode=0o600)
+    _journal_file(path).write({'phase': phase, 'dev': dev, 'paused': paused,
+                               'domain_id': domain_id})
 
 
 def begin_offline(path):
@@ -237,9 +241,8 @@ def end_offline(path):
 
 
 def _end_journal(path):
-    fileops.remove(journal_path(path))
-    # A journal write killed before its rename leaves this.
-    fileops.remove(journal_path(path) + '.tmp')
+    # A journal write killed before its rename leaves its temporary file.
+    _journal_file(path).remove()
     fileops.fsync_dir(os.path.dirname(path))
 
 
@@ -344,15 +347,15 @@ def _abort_job(domain, dev):
 def make_target(path, backing, backing_fmt, virtual_size, plan,
                 timeout=None):
     """The new overlay at ``<path>.prealloc-adopt-new``, in ``plan``'s
-    layout and preallocation, checked (qemu.check_overlay), flushed.
+    layout and preallocation (qcow2.make_overlay, checked), with the
+    disk's permissions, flushed.
     """
     new = path + NEW_SUFFIX
     if os.path.lexists(new):
         fileops.remove(new)
+    qcow2.make_overlay(new, virtual_size, backing, backing_fmt, plan,
+                       timeout=timeout)
     try:
-        qemu.create_overlay(new, virtual_size, backing, backing_fmt, plan,
-                            timeout=timeout)
-        qemu.check_overlay(new, virtual_size, backing, plan)
         # The disk's own permissions, whatever this process's umask: the
         # file stays readable to whom the disk was (recover reads QEMU's
         # lock through it after libvirt gives it to QEMU's user).
@@ -681,7 +684,7 @@ def recover(domain, path):
     if record is None:
         # A journal write killed before its rename leaves its temporary
         # file: never a journal, whatever else is left.
-        tmp_journal = fileops.remove(journal_path(path) + '.tmp')
+        tmp_journal = _journal_file(path).remove_partial()
         if os.path.lexists(new):
             # Made, never swapped in (the journal is written before the
             # swap): a kill while making it.
@@ -689,7 +692,7 @@ def recover(domain, path):
             return 'removed %s (a target never used)' % new
         if tmp_journal:
             return ('removed %s (a journal never written)'
-                    % (journal_path(path) + '.tmp'))
+                    % _journal_file(path).tmp)
         return None
     phase = record['phase']
     if phase == OFFLINE:

@@ -31,6 +31,7 @@ from prealloc_backend.checks import result
 from prealloc_backend import conf as pb_conf
 from prealloc_backend import exception
 from prealloc_backend.planner import diskplan
+from prealloc_backend.planner import hostpolicy
 from prealloc_backend.planner import modes
 import prealloc_backend.privsep
 from prealloc_backend import sizes
@@ -175,8 +176,6 @@ def describe_plan(plan):
 
 def check_mode(host):
     """The effective mode, and what the plan makes of it here."""
-    from prealloc_backend.adapter import driver
-
     mode = host.mode
     source = mode_source(host.conf)
     disk_format = host.disk_format
@@ -185,7 +184,7 @@ def check_mode(host):
              'use_cow_images': host.conf.use_cow_images,
              'disk_format': disk_format.value if disk_format else None}
     try:
-        driver.validate_config()
+        hostpolicy.validate(host.conf)
     except exception.ConflictingOptions as exc:
         return result.failure(
             exc.format_message(),

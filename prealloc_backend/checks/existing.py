@@ -26,25 +26,22 @@ adopts only those (a raw disk's guest can write a qcow2 header).
 Runs as root and only reads: each directory and file is opened without
 following a symlink (O_NOFOLLOW, relative to the directory's descriptor),
 only regular files, and only the first 104 bytes of each disk (the qcow2
-header: size, cluster bits, backing file, extended_l2), with its fstat,
+header: size, cluster bits, backing file, extended_l2; read by
+disk.qemu.ImageInfo.from_header, no qemu-img), with its fstat,
 and the first DISK_INFO_MAX bytes of each disk.info.
 """
 
 import json
 import os
 import stat
-import struct
 
 from prealloc_backend.checks import result
+from prealloc_backend.disk import qemu
 from prealloc_backend.planner import adoption
 from prealloc_backend.planner import diskplan
 from prealloc_backend.planner import modes
 from prealloc_backend import sizes
 
-QCOW2_MAGIC = b'QFI\xfb'
-HEADER = 104
-# qcow2 v3 incompatible feature bit 4: extended L2 entries.
-EXTENDED_L2 = 1 << 4
 OPEN_FLAGS = (os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK |
               getattr(os, 'O_NOATIME', 0))
 # nova's disk.info: a small JSON object, {disk path: format}.
@@ -92,36 +89,26 @@ def recorded_formats(dir_fd):
 
 
 def overlay_facts(dir_fd, name):
-    """(OverlayFacts, has a backing file) of the qcow2 file ``name`` in the
-    directory ``dir_fd``, or None when it is not a regular qcow2 file.
+    """(ExistingDisk, has a backing file) of the qcow2 file ``name`` in the
+    directory ``dir_fd``, from its header (qemu.ImageInfo.from_header), or
+    None when it is not a regular qcow2 file.
     """
     fd = _open_regular(dir_fd, name)
     if fd is None:
         return None
     try:
         st = os.fstat(fd)
-        header = os.pread(fd, HEADER, 0)
+        header = os.pread(fd, qemu.HEADER, 0)
     finally:
         os.close(fd)
-    if len(header) < 72 or header[:4] != QCOW2_MAGIC:
+    info = qemu.ImageInfo.from_header(header)
+    if info is None:
         return None
-    version, backing_offset = struct.unpack('>IQ', header[4:16])
-    cluster_bits, = struct.unpack('>I', header[20:24])
-    size, = struct.unpack('>Q', header[24:32])
-    incompatible = 0
-    if version >= 3 and len(header) >= 80:
-        incompatible, = struct.unpack('>Q', header[72:80])
-    if not 9 <= cluster_bits <= 21:
-        return None
-    facts = adoption.OverlayFacts(
-        virtual_size=size, cluster_size=1 << cluster_bits,
-        extended_l2=bool(incompatible & EXTENDED_L2),
-        allocated_bytes=st.st_blocks * 512)
-    return facts, backing_offset != 0
+    return info.existing(st.st_blocks * 512), info.has_backing
 
 
 def _disks(path):
-    """[(uuid/name, OverlayFacts)] of the overlays under ``path``."""
+    """[(uuid/name, ExistingDisk)] of the overlays under ``path``."""
     found = []
     top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
                   os.O_CLOEXEC)

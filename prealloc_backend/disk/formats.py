@@ -67,8 +67,8 @@ HEADER_PREFIX = units.Mi
 class Checked(collections.namedtuple('Checked',
                                      'backing backing_fmt info')):
     """A qcow2 disk that passed check_qcow2_disk: its backing file's
-    absolute name and format (None, None without one) and the ``qemu-img
-    info -f qcow2`` read for the check.
+    absolute name and format (None, None without one) and its ImageInfo
+    (``qemu-img info -f qcow2``, read for the check).
     """
 
 
@@ -159,23 +159,16 @@ def check_qcow2_disk(path):
     format_inspector found no data-file.
 
     Returns a Checked: the backing file's absolute name and format (None
-    without one) and the disk's ``qemu-img info``.
+    without one) and the disk's ImageInfo.
     """
     _no_data_file(path, path, 'the disk')
     info = qemu.info(path, 'qcow2')
-    specific = info.get('format-specific', {}).get('data', {})
-    if specific.get('data-file'):
-        _refuse(path, 'it has data-file %r' % specific['data-file'])
-    named = info.get('backing-filename')
-    if not named:
+    why = info.refusal()
+    if why:
+        _refuse(path, why)
+    if not info.has_backing:
         return Checked(None, None, info)
-    for name in (named, info.get('full-backing-filename') or ''):
-        # NOTE(qemu): qemu reads a name with a ':' before its first '/' as a
-        # protocol (http:, nbd:, ssh:, json:{...}), not a file: the host
-        # would fetch what a guest-written header names. nova's image cache
-        # names never hold one.
-        if ':' in name:
-            _refuse(path, 'backing file %r is not a plain file name' % name)
+    named = info.backing_file
     # qemu resolves a relative name against the disk's directory; realpath
     # of the joined name resolves '..' after symlinks, as the kernel does
     # (abspath would drop 'x/..' by text first).
@@ -185,7 +178,7 @@ def check_qcow2_disk(path):
             not os.path.isfile(backing)):
         _refuse(path, 'backing file %r is not a file beneath %s'
                 % (named, root))
-    backing_fmt = info.get('backing-filename-format')
+    backing_fmt = info.backing_format
     if backing_fmt is None:
         # An overlay made before nova recorded the backing format (it
         # does since Wallaby): the format of nova's own cache file, read
@@ -198,10 +191,7 @@ def check_qcow2_disk(path):
                 % (named, backing_fmt))
     if backing_fmt == 'qcow2':
         _no_data_file(path, backing, 'backing file %s' % backing)
-        base_info = qemu.info(backing, 'qcow2')
-        base_specific = base_info.get('format-specific', {}).get('data', {})
-        if base_info.get('backing-filename') or base_specific.get(
-                'data-file'):
+        if not qemu.info(backing, 'qcow2').standalone:
             _refuse(path, 'backing file %s has a backing file or data-file '
                           'of its own' % backing)
     return Checked(backing, backing_fmt, info)
@@ -363,14 +353,12 @@ def unrecorded_raw_format(path, new_disk, disk_info_path):
 
 def virtual_size_unchecked(path):
     """The size a refused disk shows its guest: a qcow2 header's virtual
-    size (read with format_inspector: no qemu-img, which would open a
-    data-file), else the file's size.
+    size (qemu.header_info: no qemu-img, which would open a data-file),
+    else the file's size.
     """
-    inspector = format_inspector.QcowInspector()
-    with open(path, 'rb') as f:
-        inspector.eat_chunk(f.read(64 * 1024))
-    if inspector.format_match:
-        return inspector.virtual_size
+    header = qemu.header_info(path)
+    if header is not None:
+        return header.virtual_size
     return os.stat(path).st_size
 
 

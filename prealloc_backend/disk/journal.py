@@ -10,10 +10,21 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The crash journal: a small file beside a disk while it is being made.
+"""The crash journals: small files beside a disk while it is being made.
 
-Split out of backend.py (one concern per module): the nova adapter begins
-and ends a journal around each cache() call; recover() runs first.
+``JournalFile`` is the one implementation of such a file: a JSON object
+beside the disk, written aside, flushed and renamed into place (complete
+or absent, before and after a power cut), read back tolerantly, removed
+durably. Two journals use it, each with its own names and phases, which a
+running fleet may have left and which are read as they were always
+written:
+
+* ``Journal`` (``<disk>.prealloc-journal``, written through ``.part``): the
+  disk operation's, around each cache() call (recover() runs first), a
+  qcow2 growth and a raw disk's conversion to qcow2;
+* adoption's (``<disk>.prealloc-adopt``, written through ``.tmp``, mode
+  0600): adoption/live.py's phases of an overlay replaced under a running
+  guest, or rewritten offline.
 """
 
 import json
@@ -53,6 +64,75 @@ GROWING = 'growing'
 PROCESS = uuid.uuid4().hex
 
 
+# How much of a journal is read: the records are a few hundred bytes.
+READ_LIMIT = 64 * 1024
+
+
+class Unreadable(Exception):
+    """A journal that exists but holds no JSON object; ``data`` is what it
+    holds (its first READ_LIMIT bytes).
+    """
+
+    def __init__(self, path, data):
+        super().__init__('%s: %r' % (path, data[:200]))
+        self.path = path
+        self.data = data
+
+
+class JournalFile:
+    """The journal file ``disk + suffix``, written through ``path +
+    tmp_suffix`` with ``mode``.
+    """
+
+    def __init__(self, disk, suffix, tmp_suffix, mode=0o644):
+        self.disk = disk
+        self.path = disk + suffix
+        self.tmp = self.path + tmp_suffix
+        self.mode = mode
+
+    def read(self):
+        """The journal's record (a dict), None when there is no journal;
+        Unreadable when it holds no JSON object (or cannot be read).
+        """
+        try:
+            with open(self.path, 'rb') as f:
+                data = f.read(READ_LIMIT)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise Unreadable(self.path, str(exc).encode())
+        try:
+            record = json.loads(data)
+        except (ValueError, RecursionError):
+            raise Unreadable(self.path, data)
+        if not isinstance(record, dict):
+            raise Unreadable(self.path, data)
+        return record
+
+    def write(self, record):
+        """Replace the journal with ``record`` (a dict), this process's ID
+        and the time added. Written aside, flushed and renamed, the
+        directory flushed: a journal is complete or absent, before and
+        after a power cut.
+        """
+        record = dict(record, pid=os.getpid(), time=time.time())
+        fileops.write_file(self.path, json.dumps(record), mode=self.mode,
+                           suffix=self.tmp[len(self.path):])
+
+    def remove(self):
+        """Remove the journal durably, a write's leftover first. True when
+        the journal existed.
+        """
+        fileops.remove(self.tmp)
+        return fileops.remove(self.path)
+
+    def remove_partial(self):
+        """Remove what a write killed before its rename left (never a
+        journal: the old one, or none, stands). True when there was one.
+        """
+        return fileops.remove(self.tmp)
+
+
 class Journal:
     """A small JSON file beside a disk while the plugin makes or grows it.
 
@@ -71,20 +151,17 @@ class Journal:
 
     def __init__(self, path):
         self.disk = path
-        self.path = path + JOURNAL_SUFFIX
+        self.file = JournalFile(path, JOURNAL_SUFFIX, '.part')
+        self.path = self.file.path
 
     def _read(self):
         """The journal's record (a dict), None when there is none, or
         False when it is unreadable.
         """
         try:
-            with open(self.path) as f:
-                record = json.load(f)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
+            return self.file.read()
+        except Unreadable:
             return False
-        return record if isinstance(record, dict) else False
 
     def reconcile(self):
         """Finish or roll back a raw disk's conversion to qcow2 that a
@@ -146,7 +223,7 @@ class Journal:
             LOG.warning('%(disk)s: its conversion to qcow2 is under way '
                         'in this process: left to it', {'disk': self.disk})
             return
-        fileops.remove(self.path + '.part')
+        self.file.remove_partial()
         # A disk.info write a crash cut before its rename (the record
         # itself is whole: the old one).
         formats.remove_partial_record(self.disk)
@@ -203,10 +280,7 @@ class Journal:
                         {'disk': self.disk, 'err': exc})
 
     def _write(self, record):
-        # Written aside, flushed and renamed, the directory flushed: a
-        # journal is complete or absent, before and after a power cut.
-        record = dict(record, pid=os.getpid(), time=time.time())
-        fileops.write_file(self.path, json.dumps(record), suffix='.part')
+        self.file.write(record)
 
     def begin(self, created):
         self._write({'created': created})
@@ -229,8 +303,7 @@ class Journal:
 
     def discard(self):
         """Remove the journal durably, whatever it says."""
-        fileops.remove(self.path + '.part')
-        fileops.remove(self.path)
+        self.file.remove()
 
     def end(self):
         """The work on the disk is done: the disk is flushed (whatever

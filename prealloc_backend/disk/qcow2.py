@@ -37,7 +37,6 @@ from prealloc_backend.disk import journal
 from prealloc_backend.disk import qemu
 from prealloc_backend.disk import refcount
 from prealloc_backend import exception
-from prealloc_backend.planner import diskplan
 from prealloc_backend.planner import qcow2_layout
 from prealloc_backend.system import fileops
 
@@ -68,36 +67,45 @@ def _drop_zeros(path, plan):
 
 
 def existing(path):
-    """(ExistingDisk, qemu-img info) of the qcow2 disk at ``path``."""
+    """(ExistingDisk, ImageInfo) of the qcow2 disk at ``path``."""
     info = qemu.info(path, 'qcow2')
     return existing_from(path, info), info
 
 
 def existing_from(path, info):
-    """The ExistingDisk of the qcow2 disk at ``path`` whose ``qemu-img
-    info`` is ``info`` (read for its check: formats.check_qcow2_disk), its
+    """The ExistingDisk of the qcow2 disk at ``path`` whose ImageInfo is
+    ``info`` (read for its check: formats.check_qcow2_disk), its
     allocation as it is now.
     """
-    st = os.stat(path)
-    data = info.get('format-specific', {}).get('data', {})
-    return diskplan.ExistingDisk(
-        allocated_bytes=st.st_blocks * 512,
-        virtual_size=info['virtual-size'],
-        cluster_size=info.get('cluster-size'),
-        extended_l2=bool(data.get('extended-l2', False)))
+    return info.existing(os.stat(path).st_blocks * 512)
+
+
+def make_overlay(target, virtual_size, base, base_fmt, plan, timeout=None):
+    """Make ``target``, a new file, a qcow2 overlay of ``base`` (format
+    ``base_fmt``) of ``virtual_size`` bytes laid out as ``plan`` says,
+    checked (qemu.check_overlay), its zeros out of the page cache: the one
+    way an overlay is made, by the disk operation (create_overlay) and by
+    adoption (adoption/live.py's target). Removed on any error. Returns
+    its ImageInfo; the caller flushes and publishes it.
+    """
+    with fileutils.remove_path_on_error(target):
+        qemu.create_overlay(target, virtual_size, base, base_fmt, plan,
+                            timeout=timeout)
+        made = qemu.check_overlay(target, virtual_size, base, plan)
+        _drop_zeros(target, plan)
+    return made
 
 
 def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
     """Make ``path`` a qcow2 overlay of ``base`` laid out as ``plan`` says,
-    through a temporary file renamed into place when complete.
+    through a temporary file renamed into place when complete. Returns
+    its ImageInfo.
     """
     tmp = path + journal.TMP_SUFFIX
     started = time.monotonic()
+    made = make_overlay(tmp, virtual_size, base, base_fmt, plan,
+                        timeout=timeout)
     with fileutils.remove_path_on_error(tmp):
-        qemu.create_overlay(tmp, virtual_size, base, base_fmt, plan,
-                            timeout=timeout)
-        qemu.check_overlay(tmp, virtual_size, base, plan)
-        _drop_zeros(tmp, plan)
         fileops.publish(tmp, path)
     LOG.info('Created %(path)s: qcow2 overlay of %(base)s, %(size)d bytes, '
              'preallocation=%(prealloc)s, cluster_size=%(cluster)d, '
@@ -106,6 +114,7 @@ def create_overlay(path, virtual_size, base, base_fmt, plan, timeout=None):
               'prealloc': plan.preallocation.value,
               'cluster': plan.cluster_size, 'ext': plan.extended_l2,
               'secs': time.monotonic() - started})
+    return made
 
 
 def grow(path, old_size, plan, timeout=None):
@@ -142,7 +151,10 @@ def grow(path, old_size, plan, timeout=None):
     # qemu-img flushes what it wrote; flushed again here, so that the
     # grown disk is on the device when the journal is removed.
     fileops.sync(path)
-    grown = qemu.info(path, 'qcow2')['virtual-size']
+    # Read from the header qemu-img wrote last (no second qemu-img info
+    # of a disk the operation read already).
+    header = qemu.header_info(path)
+    grown = header.virtual_size if header is not None else 0
     if grown < size:
         raise exception.QemuImgOutputError(
             cmd='qemu-img resize', reason='it reported success but the '

@@ -16,14 +16,19 @@ Every command goes through prealloc_backend.system.process (processutils,
 ``env LC_ALL=C LANG=C``); this module chooses the limits and turns failures
 into QemuImgError and AllocationTimeout.
 
-``info`` returns qemu-img's JSON as a dict, checked field by field, rather
-than oslo.utils' ``imageutils.QemuImgInfo``: QemuImgInfo accepts any JSON
-(a missing or negative ``virtual-size`` passes), has no
-``full-backing-filename``, and gives ``extended-l2`` and ``data-file`` only
-through the same ``format_specific`` dict; the header checks
-(formats.check_qcow2_disk) refuse a malformed answer instead
-(QemuImgOutputError). nova's own ``qemu_img_info`` (QemuImgInfo) is used
-where nova's checks are reused: formats.checked_base.
+``info`` returns an ``ImageInfo``: the one typed reading of an image,
+parsed and checked once, field by field (QemuImgOutputError for a
+malformed answer), that every module reads (formats.py's checks, qcow2.py,
+adoption, ``prealloc-backend check``), rather than oslo.utils'
+``imageutils.QemuImgInfo``: QemuImgInfo accepts any JSON (a missing or
+negative ``virtual-size`` passes), has no ``full-backing-filename``, and
+gives ``extended-l2`` and ``data-file`` only through the same
+``format_specific`` dict. ``ImageInfo.from_header`` reads the same facts
+from a qcow2 header's first HEADER bytes, with no qemu-img, where a
+process per disk is too much or a file is read as root
+(checks/existing.py) or a size is verified (qcow2.grow). nova's own
+``qemu_img_info`` (QemuImgInfo) is used where nova's checks are reused on
+a base image of any format: formats.checked_base.
 
 nova's prlimit (``[libvirt] images_cpu_time_limit`` and
 ``images_address_space_limit``) exists to contain qemu-img on untrusted
@@ -38,13 +43,16 @@ Preallocation values are qcow2_layout.Qcow2Preallocation members, never
 strings.
 """
 
+import dataclasses
 import json
+import struct
 
 from oslo_log import log as logging
 from oslo_utils import units
 
 from prealloc_backend import conf
 from prealloc_backend import exception
+from prealloc_backend.planner import diskplan
 from prealloc_backend.planner import qcow2_layout
 from prealloc_backend.system import process
 
@@ -84,8 +92,11 @@ def execute(*args, heavy=False, timeout=None, path=None):
         raise exception.AllocationTimeout(path=path, timeout=timeout)
 
 
-def _json(cmd_args, out, required):
-    cmd = ' '.join((QEMU_IMG,) + tuple(str(a) for a in cmd_args))
+def _cmd(args):
+    return ' '.join((QEMU_IMG,) + tuple(str(a) for a in args))
+
+
+def _json(cmd, out, required):
     try:
         data = json.loads(out)
     except ValueError as exc:
@@ -107,11 +118,165 @@ def _json(cmd_args, out, required):
     return data
 
 
+# What ImageInfo.from_header reads of a qcow2 file: its header up to the
+# incompatible features (v3), and the header's magic.
+HEADER = 104
+QCOW2_MAGIC = b'QFI\xfb'
+# qcow2 v3 incompatible feature bits: an external data file (bit 2),
+# extended L2 entries (bit 4).
+INCOMPAT_DATA_FILE = 1 << 2
+INCOMPAT_EXTENDED_L2 = 1 << 4
+# The cluster sizes QEMU makes and opens: 512 bytes to 2 MiB.
+MIN_CLUSTER_BITS = 9
+MAX_CLUSTER_BITS = 21
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageInfo:
+    """One image as ``qemu-img info`` shows it, checked once.
+
+    ``format`` and ``virtual_size`` always; ``cluster_size`` for a qcow2
+    image (qemu-img always prints it there, a reading without it is
+    refused: no default is ever guessed), None for raw; ``extended_l2``
+    False unless qemu-img says so (a compat 0.10 image, or a QEMU before
+    5.2, prints nothing); ``has_backing`` whether it has a backing file,
+    ``backing_file`` its name as the header holds it (None without one,
+    or where a header's prefix did not reach it), ``backing_format`` as
+    the header records it (None: not recorded), ``full_backing_filename``
+    as qemu resolves it; ``data_file`` the external data file the image
+    names (None: none, or not read: from_header).
+    """
+    format: str
+    virtual_size: int
+    cluster_size: int | None = None
+    extended_l2: bool = False
+    has_backing: bool = False
+    backing_file: str | None = None
+    backing_format: str | None = None
+    full_backing_filename: str | None = None
+    data_file: str | None = None
+
+    @classmethod
+    def from_json(cls, out, cmd='qemu-img info'):
+        """The ImageInfo of ``qemu-img info --output=json``'s answer
+        ``out``; QemuImgOutputError (naming ``cmd`` and the field) for an
+        answer that is not one.
+        """
+        data = _json(cmd, out, {'virtual-size': int, 'format': str})
+
+        def field(container, key, kind, where=''):
+            value = container.get(key)
+            if value is None:
+                return None
+            if not isinstance(value, kind) or (kind is int and
+                                               isinstance(value, bool)):
+                raise exception.QemuImgOutputError(
+                    cmd=cmd, reason='field %r%s is not %s'
+                                    % (key, where, kind.__name__),
+                    output=out[:200])
+            return value
+
+        specific = field(data, 'format-specific', dict) or {}
+        specific = field(specific, 'data', dict, ' of format-specific') or {}
+        cluster = field(data, 'cluster-size', int)
+        if data['format'] == 'qcow2' and not _cluster_ok(cluster):
+            raise exception.QemuImgOutputError(
+                cmd=cmd, reason='field %r missing or not a qcow2 cluster '
+                                'size (a power of 2 from %d to %d)'
+                                % ('cluster-size', 1 << MIN_CLUSTER_BITS,
+                                   1 << MAX_CLUSTER_BITS),
+                output=out[:200])
+        backing = field(data, 'backing-filename', str)
+        where = ' of format-specific data'
+        return cls(
+            format=data['format'], virtual_size=data['virtual-size'],
+            cluster_size=cluster,
+            extended_l2=bool(field(specific, 'extended-l2', bool, where)),
+            has_backing=bool(backing), backing_file=backing or None,
+            backing_format=field(data, 'backing-filename-format', str),
+            full_backing_filename=field(data, 'full-backing-filename', str),
+            data_file=field(specific, 'data-file', str, where) or None)
+
+    @classmethod
+    def from_header(cls, header):
+        """The ImageInfo a qcow2 file's first bytes ``header`` give (at
+        least HEADER for a version 3 image's features), with no qemu-img:
+        None when they are not a qcow2 header QEMU would open (magic,
+        cluster size). ``backing_file`` only where ``header`` holds the
+        name; ``backing_format``, ``full_backing_filename`` and
+        ``data_file`` are never read here (header extensions).
+        """
+        if len(header) < 72 or header[:4] != QCOW2_MAGIC:
+            return None
+        version, backing_offset, backing_length = struct.unpack(
+            '>IQI', header[4:20])
+        cluster_bits, = struct.unpack('>I', header[20:24])
+        size, = struct.unpack('>Q', header[24:32])
+        incompatible = 0
+        if version >= 3 and len(header) >= 80:
+            incompatible, = struct.unpack('>Q', header[72:80])
+        if not MIN_CLUSTER_BITS <= cluster_bits <= MAX_CLUSTER_BITS:
+            return None
+        backing = None
+        end = backing_offset + backing_length
+        if backing_offset and backing_length and end <= len(header):
+            backing = header[backing_offset:end].decode('utf-8', 'replace')
+        return cls(format='qcow2', virtual_size=size,
+                   cluster_size=1 << cluster_bits,
+                   extended_l2=bool(incompatible & INCOMPAT_EXTENDED_L2),
+                   has_backing=backing_offset != 0, backing_file=backing)
+
+    @property
+    def standalone(self):
+        """Neither a backing file nor a data-file: what a backing file of
+        an instance disk must be.
+        """
+        return not self.has_backing and not self.data_file
+
+    def refusal(self):
+        """Why an instance disk with this reading is refused before any
+        other command opens it (formats.check_qcow2_disk), in words, or
+        None: a data-file, a backing file's name that qemu reads as a
+        protocol. Where the backing file lies is formats.py's check.
+        """
+        if self.data_file:
+            return 'it has data-file %r' % self.data_file
+        for name in (self.backing_file or '',
+                     self.full_backing_filename or ''):
+            # NOTE(qemu): qemu reads a name with a ':' before its first '/'
+            # as a protocol (http:, nbd:, ssh:, json:{...}), not a file:
+            # the host would fetch what a guest-written header names.
+            # nova's image cache names never hold one.
+            if ':' in name:
+                return 'backing file %r is not a plain file name' % name
+        return None
+
+    def existing(self, allocated_bytes):
+        """The planner's ExistingDisk of this image, whose file holds
+        ``allocated_bytes`` (st_blocks * 512).
+        """
+        return diskplan.ExistingDisk(
+            allocated_bytes=allocated_bytes, virtual_size=self.virtual_size,
+            cluster_size=self.cluster_size, extended_l2=self.extended_l2)
+
+
+def _cluster_ok(cluster):
+    return (cluster is not None and cluster & (cluster - 1) == 0 and
+            1 << MIN_CLUSTER_BITS <= cluster <= 1 << MAX_CLUSTER_BITS)
+
+
+def header_info(path):
+    """ImageInfo.from_header of the file at ``path`` (its first HEADER
+    bytes; None when they are not a qcow2 header). No qemu-img runs.
+    """
+    with open(path, 'rb') as f:
+        return ImageInfo.from_header(f.read(HEADER))
+
+
 def info(path, fmt):
-    """``qemu-img info -f <fmt> --output=json`` of path, checked: a dict with
-    at least virtual-size (int) and format (str). ``fmt`` is required: the
-    format comes from nova's records, never from qemu-img's probe of a
-    header a guest may have written.
+    """``qemu-img info -f <fmt> --output=json`` of path: its ImageInfo.
+    ``fmt`` is required: the format comes from nova's records, never from
+    qemu-img's probe of a header a guest may have written.
     """
     if fmt not in ('raw', 'qcow2'):
         raise exception.QemuImgError(
@@ -119,7 +284,7 @@ def info(path, fmt):
             stderr='refused: format %r is not raw or qcow2' % (fmt,))
     args = ['info', '--output=json', '--force-share', '-f', fmt, path]
     out = execute(*args, path=path)
-    return _json(args, out, {'virtual-size': int, 'format': str})
+    return ImageInfo.from_json(out, _cmd(args))
 
 
 def create_overlay(path, size, backing_file, backing_fmt, layout,
@@ -148,13 +313,12 @@ def create_overlay(path, size, backing_file, backing_fmt, layout,
 def check_overlay(path, size, backing_file, layout):
     """Check that ``qemu-img create`` made the overlay it was asked for:
     a qcow2 image of ``size`` bytes backed by ``backing_file``, with the
-    layout's extended_l2. Raises QemuImgOutputError otherwise.
+    layout's extended_l2. Raises QemuImgOutputError otherwise; returns its
+    ImageInfo (the new disk's reading: nothing reads it again).
     """
-    data = info(path, 'qcow2')
-    specific = data.get('format-specific', {}).get('data', {})
-    found = (data['format'], data['virtual-size'],
-             data.get('backing-filename'),
-             bool(specific.get('extended-l2', False)))
+    made = info(path, 'qcow2')
+    found = (made.format, made.virtual_size, made.backing_file,
+             made.extended_l2)
     # qemu-img rounds sizes up to whole 512-byte sectors.
     wanted = ('qcow2', -(-size // 512) * 512, backing_file,
               layout.extended_l2)
@@ -163,6 +327,7 @@ def check_overlay(path, size, backing_file, layout):
             cmd='qemu-img create',
             reason='it made (format, size, backing file, extended_l2) %r, '
                    'not %r' % (found, wanted), output=path)
+    return made
 
 
 def resize(path, fmt, size, preallocation, timeout=None):
@@ -187,7 +352,7 @@ def repair_leaks(path, timeout=None):
     """
     args = ['check', '-f', 'qcow2', '-r', 'leaks', '--output=json', path]
     out = execute(*args, timeout=timeout, path=path)
-    data = _json(args, out, {'image-end-offset': int})
+    data = _json(_cmd(args), out, {'image-end-offset': int})
     for key in ('corruptions', 'leaks', 'check-errors'):
         if data.get(key):
             raise exception.QemuImgOutputError(

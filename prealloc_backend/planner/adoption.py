@@ -43,15 +43,6 @@ def is_nova_disk(name):
 
 
 @dataclasses.dataclass(frozen=True)
-class OverlayFacts:
-    """What ``qemu-img info`` and ``fstat`` say of an existing overlay."""
-    virtual_size: int
-    cluster_size: int
-    extended_l2: bool
-    allocated_bytes: int     # st_blocks * 512
-
-
-@dataclasses.dataclass(frozen=True)
 class Verdict:
     """``adopt``: the disk is not at policy and ``plan`` (a DiskPlan of a
     new overlay of its mode, flavor and size) fits in the free space;
@@ -79,7 +70,8 @@ def reserves(plan):
 
 
 def verdict(opts, extra_specs, mode, facts, fs, path='the disk'):
-    """The Verdict for the overlay at ``path`` with OverlayFacts ``facts``,
+    """The Verdict for the overlay at ``path`` whose diskplan.ExistingDisk
+    is ``facts`` (its reading: disk.qemu.ImageInfo.existing),
     of Mode ``mode`` (modes.disk_mode: its flavor's or the host's) on a
     filesystem with FsFacts ``fs``. May raise what make_plan raises for a
     new disk (InvalidFlavorPolicy, FallocateUnsupported).

@@ -65,7 +65,11 @@ class FsFacts:
 @dataclasses.dataclass(frozen=True)
 class ExistingDisk:
     """A disk that is already there (hard reboot, evacuate, resize, cold
-    migration): its layout is fixed, only its allocation is decided.
+    migration): its layout is fixed, only its allocation is decided. Also
+    what adoption and ``prealloc-backend check`` judge an existing overlay
+    by (planner/adoption.py). A qcow2 disk's is read from its ImageInfo
+    (``disk.qemu``: qemu-img info, or its header), which always gives the
+    cluster size; None is a raw disk's.
     """
     allocated_bytes: int     # st_blocks * 512 of the file now
     virtual_size: int        # its virtual size before any growth

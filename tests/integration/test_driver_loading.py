@@ -80,6 +80,7 @@ class TestRuntimeImports(base.TestCase):
                'prealloc_backend.disk.usage',
                'prealloc_backend.planner', 'prealloc_backend.planner.capacity',
                'prealloc_backend.planner.diskplan',
+               'prealloc_backend.planner.hostpolicy',
                'prealloc_backend.planner.modes',
                'prealloc_backend.planner.qcow2_layout',
                'prealloc_backend.privsep', 'prealloc_backend.privsep.beneath',

@@ -21,10 +21,10 @@ import subprocess
 from oslo_utils import units
 
 from prealloc_backend.adapter import backend
-from prealloc_backend.adapter import driver
 from prealloc_backend import conf
 from prealloc_backend import exception
 from prealloc_backend.planner import diskplan
+from prealloc_backend.planner import hostpolicy
 from prealloc_backend.planner import modes
 from tests import base
 from tests import fixtures as pb_fixtures
@@ -52,7 +52,7 @@ class ContradictionTestCase(base.TestCase):
                 self._conflict(mode=mode, images_type=images_type,
                                use_cow_images=use_cow)
                 exc = self.assertRaises(exception.ConflictingOptions,
-                                        driver.validate_config)
+                                        hostpolicy.validate, conf.CONF)
                 message = str(exc)
                 for word in ('qcow2_extended_l2', mode, images_type):
                     self.assertIn(word, message)
@@ -61,7 +61,7 @@ class ContradictionTestCase(base.TestCase):
         self._conflict(mode=None, preallocate_images='space',
                        images_type='qcow2')
         exc = self.assertRaises(exception.ConflictingOptions,
-                                driver.validate_config)
+                                hostpolicy.validate, conf.CONF)
         self.assertIn('space', str(exc))
 
     def test_no_extended_l2_accepted_where_it_does_not_matter(self):
@@ -71,7 +71,7 @@ class ContradictionTestCase(base.TestCase):
                 ('metadata', 'lvm', True)):
             self._conflict(mode=mode, images_type=images_type,
                            use_cow_images=use_cow)
-            self.assertEqual(modes.Mode(mode), driver.validate_config())
+            self.assertEqual(modes.Mode(mode), hostpolicy.validate(conf.CONF))
 
     def _disk(self, images_type, size=16 * units.Mi):
         """A disk spawned from a raw image; its path."""
@@ -99,7 +99,7 @@ class ContradictionTestCase(base.TestCase):
         """
         self.flags(preallocate_images='space')
         self.flags(group=GROUP, mode='none')
-        self.assertIs(modes.Mode.NONE, driver.validate_config())
+        self.assertIs(modes.Mode.NONE, hostpolicy.validate(conf.CONF))
         self.assertLess(pb_fixtures.allocated(self._qcow2_disk()), units.Mi)
         self.assertLess(pb_fixtures.allocated(self._raw_disk()),
                         2 * units.Mi)
@@ -107,7 +107,7 @@ class ContradictionTestCase(base.TestCase):
     def test_mode_space_overrides_nova_none(self):
         self.flags(preallocate_images='none')
         self.flags(group=GROUP, mode='space')
-        self.assertIs(modes.Mode.SPACE, driver.validate_config())
+        self.assertIs(modes.Mode.SPACE, hostpolicy.validate(conf.CONF))
         self.assertGreaterEqual(pb_fixtures.allocated(self._raw_disk()),
                                 16 * units.Mi)
 
@@ -115,7 +115,7 @@ class ContradictionTestCase(base.TestCase):
         """Documented: raw has no metadata; the disk stays thin."""
         self.flags(group=GROUP, mode='metadata')
         self.flags(group='libvirt', images_type='raw')
-        self.assertIs(modes.Mode.METADATA, driver.validate_config())
+        self.assertIs(modes.Mode.METADATA, hostpolicy.validate(conf.CONF))
         self.assertLess(pb_fixtures.allocated(self._raw_disk()),
                         2 * units.Mi)
 
@@ -126,7 +126,7 @@ class ContradictionTestCase(base.TestCase):
         """
         self.use_loop_fs('ext4-noextents', 64)
         self.flags(group=GROUP, mode='full', fallocate_unsupported='fail')
-        driver.validate_config()
+        hostpolicy.validate(conf.CONF)
         disk = self._raw_disk()
         self.assertGreaterEqual(pb_fixtures.allocated(disk), 16 * units.Mi)
 
@@ -136,7 +136,7 @@ class ContradictionTestCase(base.TestCase):
         """
         self.use_loop_fs('ext4-noextents', 64)
         self.flags(group=GROUP, mode='space', fallocate_unsupported='fail')
-        driver.validate_config()
+        hostpolicy.validate(conf.CONF)
         for make in (self._raw_disk, self._qcow2_disk):
             exc = self.assertRaises(exception.FallocateUnsupported, make)
             self.assertIn('ext', str(exc))
@@ -155,7 +155,7 @@ class ContradictionTestCase(base.TestCase):
         """
         self.flags(group=GROUP, mode='metadata', qcow2_cluster_size='64K',
                    qcow2_metadata_cache_max_mb=1)
-        self.assertIs(modes.Mode.METADATA, driver.validate_config())
+        self.assertIs(modes.Mode.METADATA, hostpolicy.validate(conf.CONF))
         fs = diskplan.FsFacts(True, 'xfs', units.Pi)
         plan = diskplan.make_plan(conf.CONF.prealloc_backend, {},
                                 modes.Mode.METADATA, diskplan.DiskFormat.QCOW2,

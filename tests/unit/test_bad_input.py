@@ -14,7 +14,7 @@
 
 * Every ``[prealloc_backend]`` option given invalid values, as a
   configuration file would give them: the start-up check
-  (``driver.validate_config``) fails, naming the option, the value and what
+  (``hostpolicy.validate``) fails, naming the option, the value and what
   is allowed, before any disk is touched.
 * Contradictory combinations (refused at start-up, or resolved as
   conf.py's help documents, on real disks) are in
@@ -39,10 +39,10 @@ from oslo_utils import units
 import testscenarios
 
 from prealloc_backend.adapter import backend
-from prealloc_backend.adapter import driver
 from prealloc_backend import conf
 from prealloc_backend.disk import qemu
 from prealloc_backend import exception
+from prealloc_backend.planner import hostpolicy
 from prealloc_backend.planner import modes
 from tests import base
 from tests import fixtures as pb_fixtures
@@ -95,7 +95,7 @@ class InvalidOptionTestCase(base.TestCase):
                                            **{self.option: self.value})
         exc = self.assertRaises((exception.PreallocError,
                                  cfg.ConfigSourceValueError),
-                                driver.validate_config)
+                                hostpolicy.validate, conf.CONF)
         message = str(exc)
         self.assertIn(self.option, message)
         self.assertIn(GROUP, message, 'the group is not named')
@@ -121,7 +121,7 @@ class ValidOptionControlTestCase(base.TestCase):
             qcow2_metadata_cache_max_mb='4096',
             fallocate_unsupported='zero-fill', allocation_timeout='0',
             progress_interval='1')
-        self.assertIs(modes.Mode.METADATA, driver.validate_config())
+        self.assertIs(modes.Mode.METADATA, hostpolicy.validate(conf.CONF))
         opts = conf.CONF.prealloc_backend
         self.assertEqual(4096, opts.qcow2_metadata_cache_max_mb)
 
@@ -133,7 +133,7 @@ class NovaOptionTestCase(base.TestCase):
             self.flags_fixture.load_raw_values(preallocate_images=value)
             exc = self.assertRaises((exception.PreallocError,
                                      cfg.ConfigSourceValueError),
-                                    driver.validate_config)
+                                    hostpolicy.validate, conf.CONF)
             message = str(exc)
             self.assertIn('preallocate_images', message)
             self.assertIn(repr(value), message)
@@ -383,8 +383,8 @@ class FakeQemuImgTestCase(FakeQemuImgBase):
     def test_qemu_img_works_through_the_fake(self):
         """Control: with no behaviour file the real qemu-img answers."""
         disk = self.spawn(self.make_instance(), 4 * units.Mi)
-        self.assertEqual(4 * units.Mi, qemu.info(disk, 'qcow2')[
-            'virtual-size'])
+        self.assertEqual(4 * units.Mi,
+                         qemu.info(disk, 'qcow2').virtual_size)
 
     def test_not_installed(self):
         """No qemu-img on PATH at all."""

@@ -42,6 +42,7 @@ import time
 
 from nova import context as nova_context
 
+from prealloc_backend.adoption import instances
 from prealloc_backend.adoption import live
 from prealloc_backend.cmd import adopt as adopt_cmd
 from prealloc_backend.system import stopping
@@ -74,7 +75,7 @@ _CHILD = textwrap.dedent('''
     conf([], project='nova')
     conf.set_override('instances_path', instances_path)
     checked = formats.check_qcow2_disk(path)
-    size = checked.info['virtual-size']
+    size = checked.info.virtual_size
     import os
     plan = diskplan.make_plan(conf.prealloc_backend, None, Mode.SPACE,
                               diskplan.DiskFormat.QCOW2, size,
@@ -135,8 +136,8 @@ class _AdoptBase(base.RealHypervisorTestCase):
                bandwidth=RATE, limits=None):
         self.flags(group='prealloc_backend', mode=mode)
         report = adopt_cmd.Report(out=out or io.StringIO())
-        adopt_cmd.adopt(self.context, self.conn, uuids=[server['id']],
-                        bandwidth=bandwidth, stop=stop, report=report,
+        instances.adopt(self.context, self.conn, report,
+                        uuids=[server['id']], bandwidth=bandwidth, stop=stop,
                         limits=limits)
         return report
 

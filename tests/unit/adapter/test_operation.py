@@ -59,7 +59,7 @@ class Counter(fixtures.Fixture):
 class TestOneQcow2Resize(base.BackendTestCase):
     """A qcow2 resize (nova's cache() of a larger size): the disk's format
     decided once, its ``qemu-img info`` read once for the check (with its
-    qcow2 backing file's) and once to verify the growth, one plan.
+    qcow2 backing file's), the growth verified from its header, one plan.
     """
 
     def _counters(self):
@@ -69,13 +69,13 @@ class TestOneQcow2Resize(base.BackendTestCase):
 
     def assert_one_grow(self, img, base_path):
         """nova's cache() of twice the size: one format decision, the
-        disk's (and its qcow2 base's) info for the check, one more to
-        verify the growth, one plan; grown, allocated, same data.
+        disk's (and its qcow2 base's) info for the check, one plan; grown,
+        allocated, same data.
         """
         infos, decisions, plans = self._counters()
         self.cache(img, fmt='qcow2', size=2 * base.DISK)
         self.assertEqual(1, len(decisions.calls))
-        self.assertEqual([img.path, base_path, img.path],
+        self.assertEqual([img.path, base_path],
                          [args[0] for args in infos.calls])
         self.assertEqual(1, len(plans.calls))
         self.assertEqual(2 * base.DISK, img.plan.virtual_size)

@@ -296,15 +296,53 @@ class TestRecover(_DiskFiles):
         self.assertIn('offline', live.recover(None, self.path))
         self.assertEqual(['disk'], self.left())
 
+    def test_journals_the_old_code_wrote_are_recovered(self):
+        # The bytes adoption's own journal writer wrote before it became
+        # disk/journal.py's JournalFile (no pid): a fleet's adopt killed
+        # before the upgrade left them, the upgraded one recovers them.
+        old = ('{"phase": "%s", "dev": "vda", "paused": true, '
+               '"domain_id": 7, "time": 1764403200.5}')
+        self.write(self.orig, 'old')
+        self.write(self.path, 'guest')
+        self.qemu_holds(self.path)
+        self.write(live.journal_path(self.path), old % live.PIVOTED)
+        domain = self.domain(paused=True)
+        self.assertIn('pivot completed', live.recover(domain, self.path))
+        self.assertEqual(([('resume',)], ['disk'], 'guest'),
+                         (domain.calls, self.left(), self.read(self.path)))
+        self.write(self.path + '.prealloc-tmp', 'half a rewrite')
+        self.write(live.journal_path(self.path),
+                   '{"phase": "offline", "dev": null, "paused": false, '
+                   '"domain_id": null, "time": 1764403200.5}')
+        self.assertIn('offline', live.recover(None, self.path))
+        self.assertEqual(['disk'], self.left())
+
+    def test_the_journal_written_now(self):
+        live._journal(self.path, live.SWAPPED, 'vda', paused=True,
+                      domain_id=DOMAIN_ID)
+        journal = live.journal_path(self.path)
+        self.assertEqual(self.path + '.prealloc-adopt', journal)
+        self.assertEqual(0o600, os.stat(journal).st_mode & 0o777)
+        record = json.loads(self.read(journal))
+        self.assertEqual(
+            {'phase': 'swapped', 'dev': 'vda', 'paused': True,
+             'domain_id': DOMAIN_ID, 'pid': os.getpid()},
+            {k: v for k, v in record.items() if k != 'time'})
+        self.assertEqual(record, live.read_journal(self.path))
+        live._end_journal(self.path)
+        self.assertEqual([], self.left())
+
     def test_unreadable_journal_leaves_everything(self):
         self.write(self.orig, 'guest')
         self.write(self.path, 'half a copy')
         self.write(live.journal_path(self.path), '{"phase": "sideways"}')
         self.assertRaisesRegex(exception.PreallocError, 'sideways',
                                live.recover, self.domain(), self.path)
-        self.write(live.journal_path(self.path), 'not json')
-        self.assertRaisesRegex(exception.PreallocError, 'unreadable',
-                               live.recover, self.domain(), self.path)
+        for text in ('not json', '["swapped"]', '{"dev": "vda"}',
+                     '[' * 100000):
+            self.write(live.journal_path(self.path), text)
+            self.assertRaisesRegex(exception.PreallocError, 'unreadable',
+                                   live.recover, self.domain(), self.path)
         self.assertEqual('guest', self.read(self.orig))
         self.assertEqual(3, len(self.left()))
 

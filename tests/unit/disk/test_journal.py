@@ -56,6 +56,65 @@ class JournalTestCase(base.TestCase):
         self.assertEqual(['kept', 'unused'], sorted(os.listdir(directory)))
 
 
+class JournalFileTestCase(base.TestCase):
+    """The one journal file both journals are (the disk operation's and
+    adoption's, adoption/live.py).
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.disk = os.path.join(self.instances_path, 'disk')
+        self.file = journal.JournalFile(self.disk, '.j', '.w', mode=0o600)
+
+    def test_written_whole_read_back_removed(self):
+        self.assertIsNone(self.file.read())
+        self.file.write({'phase': 'x'})
+        self.assertEqual(['disk.j'], os.listdir(self.instances_path))
+        self.assertEqual(0o600, os.stat(self.disk + '.j').st_mode & 0o777)
+        record = self.file.read()
+        self.assertEqual(('x', os.getpid()),
+                         (record['phase'], record['pid']))
+        self.assertIsInstance(record['time'], float)
+        with open(self.disk + '.j.w', 'w') as f:
+            f.write('{"pha')
+        self.assertTrue(self.file.remove())
+        self.assertEqual([], os.listdir(self.instances_path))
+        self.assertFalse(self.file.remove())
+
+    def test_unreadable_is_said_with_what_it_holds(self):
+        for text in ('{"pha', '[1]', '"x"', '[' * 100000, ''):
+            with open(self.disk + '.j', 'w') as f:
+                f.write(text)
+            exc = self.assertRaises(journal.Unreadable, self.file.read)
+            self.assertEqual(text.encode()[:10], exc.data[:10])
+
+    def test_a_write_cut_before_its_rename_is_no_journal(self):
+        with open(self.disk + '.j.w', 'w') as f:
+            f.write('{"pha')
+        self.assertIsNone(self.file.read())
+        self.assertTrue(self.file.remove_partial())
+        self.assertEqual([], os.listdir(self.instances_path))
+
+    def test_journals_the_old_code_wrote_are_recovered(self):
+        # Bytes Journal wrote before JournalFile (the same format): a
+        # creation cut short, and a growth, each recovered.
+        made = self.disk
+        with open(made, 'wb') as f:
+            f.write(b'half')
+        with open(made + journal.JOURNAL_SUFFIX, 'w') as f:
+            f.write('{"created": true, "pid": 4242, '
+                    '"time": 1764403200.5}')
+        journal.Journal(made).recover()
+        self.assertEqual([], os.listdir(self.instances_path))
+        with open(made, 'wb') as f:
+            f.write(b'guest')
+        with open(made + journal.JOURNAL_SUFFIX, 'w') as f:
+            f.write('{"created": false, "pid": 4242, '
+                    '"time": 1764403200.5}')
+        journal.Journal(made).recover()
+        self.assertEqual(['disk'], os.listdir(self.instances_path))
+
+
 class ReconcileTestCase(base.TestCase):
     """A raw disk's conversion to qcow2 interrupted at each phase
     (qcow2.convert_raw; every crash point: tests/crash).

@@ -76,7 +76,7 @@ class TestExisting(Qcow2TestCase):
         self.assertFalse(existing.extended_l2)
         self.assertEqual(pb_fixtures.allocated(self.disk),
                          existing.allocated_bytes)
-        self.assertEqual(self.base, info['backing-filename'])
+        self.assertEqual(self.base, info.backing_file)
 
 
 class TestCreateOverlay(Qcow2TestCase):

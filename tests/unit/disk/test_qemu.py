@@ -14,6 +14,7 @@
 with the real qemu-img.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -55,8 +56,120 @@ class TestInfo(base.TestCase):
         with open(path, 'wb') as f:
             f.truncate(units.Mi)
         data = qemu.info(path, 'raw')
-        self.assertEqual(('raw', units.Mi),
-                         (data['format'], data['virtual-size']))
+        self.assertEqual(('raw', units.Mi, None),
+                         (data.format, data.virtual_size, data.cluster_size))
+
+
+class TestImageInfo(base.TestCase):
+    """ImageInfo: qemu-img info's answer read once, typed and checked; the
+    same facts from a qcow2 header's first bytes.
+    """
+
+    def _qcow2(self, name, *opts, backing=None, size=units.Mi):
+        path = os.path.join(self.instances_path, name)
+        cmd = ['qemu-img', 'create', '-q', '-f', 'qcow2']
+        if backing:
+            cmd += ['-F', 'raw', '-b', backing]
+        for opt in opts:
+            cmd += ['-o', opt]
+        subprocess.run(cmd + [path, str(size)], check=True)
+        return path
+
+    def _answer(self, **fields):
+        data = {'format': 'qcow2', 'virtual-size': units.Mi,
+                'cluster-size': 65536}
+        data.update(fields)
+        return json.dumps({k: v for k, v in data.items() if v is not None})
+
+    def test_an_overlay_read_by_qemu_img_and_by_its_header(self):
+        backing = os.path.join(self.instances_path, 'base')
+        with open(backing, 'wb') as f:
+            f.truncate(units.Mi)
+        path = self._qcow2('disk', 'extended_l2=on', 'cluster_size=128k',
+                           backing=backing, size=4 * units.Mi)
+        read = qemu.info(path, 'qcow2')
+        self.assertEqual(
+            qemu.ImageInfo(format='qcow2', virtual_size=4 * units.Mi,
+                           cluster_size=128 * units.Ki, extended_l2=True,
+                           has_backing=True, backing_file=backing,
+                           backing_format='raw',
+                           full_backing_filename=backing),
+            read)
+        # The header gives the same layout, the name where it reaches it.
+        with open(path, 'rb') as f:
+            head = f.read(units.Ki)
+        header = qemu.ImageInfo.from_header(head)
+        self.assertEqual(
+            (read.virtual_size, read.cluster_size, read.extended_l2,
+             read.has_backing, read.backing_file),
+            (header.virtual_size, header.cluster_size, header.extended_l2,
+             header.has_backing, header.backing_file))
+        short = qemu.ImageInfo.from_header(head[:qemu.HEADER])
+        self.assertEqual((True, None),
+                         (short.has_backing, short.backing_file))
+        self.assertEqual(short, qemu.header_info(path))
+        self.assertEqual(read.existing(5), header.existing(5))
+        self.assertIsNone(read.refusal())
+        self.assertFalse(read.standalone)
+
+    def test_version_2_and_no_extended_l2(self):
+        path = self._qcow2('disk', 'compat=0.10')
+        read = qemu.info(path, 'qcow2')
+        self.assertEqual((units.Mi, 65536, False, False, True),
+                         (read.virtual_size, read.cluster_size,
+                          read.extended_l2, read.has_backing,
+                          read.standalone))
+        self.assertEqual(read, qemu.header_info(path))
+
+    def test_a_data_file_is_read_and_refused(self):
+        data_file = os.path.join(self.instances_path, 'data')
+        path = self._qcow2('disk', 'data_file=%s' % data_file)
+        read = qemu.info(path, 'qcow2')
+        self.assertEqual(data_file, read.data_file)
+        self.assertFalse(read.standalone)
+        self.assertIn(repr(data_file), read.refusal())
+
+    def test_a_protocol_name_is_refused(self):
+        for fields in ({'backing-filename': 'nbd:host:1'},
+                       {'backing-filename': 'base',
+                        'full-backing-filename': 'json:{}'}):
+            read = qemu.ImageInfo.from_json(self._answer(**fields))
+            self.assertIn('not a plain file name', read.refusal())
+
+    def test_not_a_qcow2_header(self):
+        path = self._qcow2('disk')
+        with open(path, 'rb') as f:
+            head = bytearray(f.read(qemu.HEADER))
+        self.assertIsNotNone(qemu.ImageInfo.from_header(bytes(head)))
+        self.assertIsNone(qemu.ImageInfo.from_header(bytes(head[:71])))
+        self.assertIsNone(qemu.ImageInfo.from_header(b'\0' * qemu.HEADER))
+        for bits in (8, 22):
+            head[20:24] = bits.to_bytes(4, 'big')
+            self.assertIsNone(qemu.ImageInfo.from_header(bytes(head)))
+
+    def test_a_malformed_answer_is_refused_naming_the_field(self):
+        for fields, named in (
+                ({'cluster-size': None}, 'cluster-size'),
+                ({'cluster-size': 65535}, 'cluster-size'),
+                ({'cluster-size': 256}, 'cluster-size'),
+                ({'cluster-size': True}, 'cluster-size'),
+                ({'backing-filename': 7}, 'backing-filename'),
+                ({'backing-filename-format': []},
+                 'backing-filename-format'),
+                ({'format-specific': 'x'}, 'format-specific'),
+                ({'format-specific': {'data': {'extended-l2': 'yes'}}},
+                 'extended-l2'),
+                ({'format-specific': {'data': {'data-file': 1}}},
+                 'data-file')):
+            exc = self.assertRaises(exception.QemuImgOutputError,
+                                    qemu.ImageInfo.from_json,
+                                    self._answer(**fields), 'qemu-img info x')
+            self.assertIn(repr(named), str(exc))
+            self.assertIn('qemu-img info x', str(exc))
+        # A raw image has no clusters.
+        raw = qemu.ImageInfo.from_json(self._answer(
+            **{'format': 'raw', 'cluster-size': None}))
+        self.assertEqual((None, True), (raw.cluster_size, raw.standalone))
 
 
 def recording_qemu_img(test):

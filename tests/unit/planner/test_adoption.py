@@ -22,8 +22,14 @@ from tests import base
 
 ROOMY = diskplan.FsFacts(fallocate_ok=True, fstype='xfs', free_bytes=units.Pi)
 # nova's own overlay: 64 KiB clusters, no extended_l2, thin.
-NOVA = adoption.OverlayFacts(virtual_size=units.Gi, cluster_size=64 * units.Ki,
+NOVA = diskplan.ExistingDisk(virtual_size=units.Gi, cluster_size=64 * units.Ki,
                              extended_l2=False, allocated_bytes=units.Mi)
+
+
+def overlay(virtual_size, cluster_size, extended_l2, allocated_bytes):
+    return diskplan.ExistingDisk(
+        allocated_bytes=allocated_bytes, virtual_size=virtual_size,
+        cluster_size=cluster_size, extended_l2=extended_l2)
 
 
 class TestVerdict(base.TestCase):
@@ -35,7 +41,7 @@ class TestVerdict(base.TestCase):
     def plugin_made(self, mode, allocated):
         plan = diskplan.make_plan(base.CONF.prealloc_backend, None, mode,
                                   diskplan.DiskFormat.QCOW2, units.Gi, ROOMY)
-        return adoption.OverlayFacts(units.Gi, plan.cluster_size,
+        return overlay(units.Gi, plan.cluster_size,
                                      plan.extended_l2, allocated)
 
     def test_mode_none_is_always_at_policy(self):
@@ -81,7 +87,7 @@ class TestVerdict(base.TestCase):
         self.assertNotIn('cluster_size', v.reason)
 
     def test_room_for_the_copied_data_where_nothing_is_reserved(self):
-        data = adoption.OverlayFacts(units.Gi, 64 * units.Ki, False,
+        data = overlay(units.Gi, 64 * units.Ki, False,
                                      allocated_bytes=300 * units.Mi)
         small = diskplan.FsFacts(True, 'xfs', free_bytes=200 * units.Mi)
         v = self.verdict(Mode.METADATA, facts=data, fs=small)
@@ -97,7 +103,7 @@ class TestVerdict(base.TestCase):
         v = self.verdict(Mode.SPACE)
         self.assertEqual(v.plan.to_allocate, v.needed)
         self.assertGreaterEqual(v.needed, units.Gi)
-        data = adoption.OverlayFacts(units.Gi, 64 * units.Ki, False,
+        data = overlay(units.Gi, 64 * units.Ki, False,
                                      allocated_bytes=300 * units.Mi)
         v = self.verdict(Mode.METADATA, facts=data)
         self.assertEqual(v.plan.to_allocate + 300 * units.Mi, v.needed)
@@ -115,7 +121,7 @@ class TestVerdict(base.TestCase):
         # Extended_l2 and the reservation right, the clusters nova's: the
         # table layout is what the plugin makes, so it is adopted.
         right = self.plugin_made(Mode.SPACE, units.Gi + units.Mi)
-        facts = adoption.OverlayFacts(units.Gi, 64 * units.Ki,
+        facts = overlay(units.Gi, 64 * units.Ki,
                                       right.extended_l2, units.Gi + units.Mi)
         v = self.verdict(Mode.SPACE, facts=facts)
         self.assertTrue(v.adopt, v)

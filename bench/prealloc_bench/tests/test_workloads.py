@@ -11,7 +11,7 @@
 # under the License.
 
 """bench/prealloc_bench/workloads.py: the registry and the facts shown
-per disk (the plans of the sweeps are in tests/unit/bench/test_bench.py).
+per disk (the plans of the sweeps are in prealloc_bench/tests/test_bench.py).
 """
 
 from oslo_utils import units

@@ -12,7 +12,7 @@
 
 """bench/prealloc_bench/guest_writes.py: the in-guest workload's sizes
 and what it says when no guest can run (booting guests is in
-tests/unit/bench/test_bench_guest.py and the real tier).
+prealloc_bench/tests/test_guest.py and the real tier).
 """
 
 import dataclasses
@@ -69,7 +69,7 @@ class GuestWritesTestCase(base.TestCase):
         # What the guest XML's <blockio> says reaches the guest's runner.
         # Booting is mocked here: it needs a kernel and qemu-system. The
         # command line run_write_test makes of it is checked in
-        # test_bench_guest; no test boots this workload's guest with it.
+        # test_guest; no test boots this workload's guest with it.
         calls = []
 
         def run_write_test(path, fmt, **kwargs):

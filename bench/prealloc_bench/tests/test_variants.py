@@ -12,7 +12,7 @@
 
 """bench/prealloc_bench/variants.py: the variants' names and what the
 reference disks take; the disks made through the real backends are in
-tests/unit/bench/test_bench.py.
+prealloc_bench/tests/test_bench.py.
 """
 
 import os

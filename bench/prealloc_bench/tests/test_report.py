@@ -12,7 +12,7 @@
 
 """bench/prealloc_bench/report.py: ratios, number formats, tables and
 the JSON file (targets and whole reports are in
-tests/unit/bench/test_bench.py).
+prealloc_bench/tests/test_bench.py).
 """
 
 import json

@@ -13,7 +13,7 @@
 """bench/prealloc_bench/cmd.py: the command's arguments and its checks
 before a run, on real directories and this machine's tools (the run itself
 is in tests/integration/test_bench_command.py; more of the command in
-tests/unit/bench/test_bench.py).
+prealloc_bench/tests/test_bench.py).
 """
 
 import argparse

@@ -12,7 +12,7 @@
 
 """bench/prealloc_bench/engine.py: the statistics' helpers and a Bench
 session in a real directory (the round robin and a run too short to time,
-with a threshold the test sets, are in tests/unit/bench/test_bench.py).
+with a threshold the test sets, are in prealloc_bench/tests/test_bench.py).
 """
 
 import os
