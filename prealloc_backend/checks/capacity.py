@@ -314,7 +314,7 @@ def judge(opts, facts, mode, fs, extra_specs):
     """
     if facts.fmt == 'raw':
         return capacity.raw_at_policy(mode, facts.allocated, facts.size)
-    overlay = adoption.OverlayFacts(
+    overlay = diskplan.ExistingDisk(
         virtual_size=facts.virtual_size, cluster_size=facts.cluster_size,
         extended_l2=facts.extended_l2, allocated_bytes=facts.allocated)
     try:

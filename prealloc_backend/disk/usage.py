@@ -26,8 +26,9 @@ Per disk it reads what it must and nothing more:
 - its format from nova's record, the directory's disk.info (at most
   DISK_INFO_MAX bytes of it), else the host's format: the header of a disk
   recorded raw is never read (a guest writes a raw disk's first bytes);
-- for a qcow2 disk, the first HEADER bytes (virtual size, cluster size,
-  backing file or not, extended_l2), its magic checked;
+- for a qcow2 disk, its first qemu.HEADER bytes, read by
+  qemu.ImageInfo.from_header (virtual size, cluster size, backing file or
+  not, extended_l2), its magic checked;
 - with ``fiemap``, its extent map (FIEMAP, no flush) for the bytes in
   unwritten extents, at most ``max_extents`` extents.
 
@@ -44,18 +45,14 @@ import errno
 import json
 import os
 import stat
-import struct
 
 from oslo_utils import uuidutils
 
+from prealloc_backend.disk import qemu
 from prealloc_backend.planner import capacity
 from prealloc_backend.planner import diskplan
 from prealloc_backend.system import fileops
 
-QCOW2_MAGIC = b'QFI\xfb'
-HEADER = 104
-# qcow2 v3 incompatible feature bit 4: extended L2 entries.
-EXTENDED_L2 = 1 << 4
 DISK_INFO = 'disk.info'
 # nova's disk.info holds one short entry per disk.
 DISK_INFO_MAX = 64 * 1024
@@ -147,24 +144,6 @@ def _open(name, dir_fd, flags):
         return os.open(name, flags, dir_fd=dir_fd)
 
 
-def qcow2_header(header):
-    """(virtual size, cluster size, extended_l2, has a backing file) of a
-    qcow2 header's first HEADER bytes, or None when it is not one.
-    """
-    if len(header) < 72 or header[:4] != QCOW2_MAGIC:
-        return None
-    version, backing_offset = struct.unpack('>IQ', header[4:16])
-    cluster_bits, = struct.unpack('>I', header[20:24])
-    size, = struct.unpack('>Q', header[24:32])
-    incompatible = 0
-    if version >= 3 and len(header) >= 80:
-        incompatible, = struct.unpack('>Q', header[72:80])
-    if not 9 <= cluster_bits <= 21:
-        return None
-    return (size, 1 << cluster_bits, bool(incompatible & EXTENDED_L2),
-            backing_offset != 0)
-
-
 def recorded_formats(dir_fd):
     """{disk name: format} of the directory's disk.info (nova's record:
     absolute paths to 'raw' or 'qcow2'), {} when absent or unreadable.
@@ -208,12 +187,13 @@ def read_disk(dir_fd, instance, name, fmt, fiemap=False,
                      virtual_size=st.st_size, allocated=st.st_blocks * 512,
                      size=st.st_size)
         if fmt == 'qcow2':
-            parsed = qcow2_header(os.pread(fd, HEADER, 0))
-            if parsed is not None:
-                size, cluster, ext_l2, backing = parsed
-                facts.update(fmt='qcow2', virtual_size=size,
-                             cluster_size=cluster, extended_l2=ext_l2,
-                             backing=backing)
+            info = qemu.ImageInfo.from_header(
+                os.pread(fd, qemu.HEADER, 0))
+            if info is not None:
+                facts.update(fmt='qcow2', virtual_size=info.virtual_size,
+                             cluster_size=info.cluster_size,
+                             extended_l2=info.extended_l2,
+                             backing=info.has_backing)
         if fiemap:
             try:
                 facts['unwritten'] = fileops.unwritten_bytes(
