@@ -23,10 +23,46 @@ knows; libvirt also accepts, for the top image of a qcow2 disk::
 ``cache-size``; ``discard_no_unref`` (libvirt 9.5, QEMU 8.1) the qcow2
 node's ``discard-no-unref``: the plugin writes it only where the host has
 both (disk.hostcaps).
+
+``GuestDisk`` is what the disk operation decided for a disk's XML
+(operation.DiskOperation.guest_disk); ``apply`` writes it into nova's
+LibvirtConfigGuestDisk.
 """
+
+import dataclasses
 
 from lxml import etree
 from nova.virt.libvirt import config as vconfig
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestDisk:
+    """A disk's settings in the guest XML beyond nova's own: the driver's
+    io mode (None: nova's), ``discard`` and ``discard_no_unref``, the
+    ``<blockio>`` physical block size and the ``<metadata_cache>`` bytes
+    (None: none).
+    """
+    driver_io: str | None = None
+    discard: str | None = None
+    discard_no_unref: bool = False
+    physical_block_size: int | None = None
+    metadata_cache_bytes: int | None = None
+
+
+def apply(disk, guest):
+    """nova's LibvirtConfigGuestDisk ``disk`` with the GuestDisk
+    ``guest``'s settings (its driver_io is the image object's, which nova
+    copies into ``disk`` itself).
+    """
+    disk.driver_discard = guest.discard
+    if guest.discard_no_unref:
+        disk = with_discard_no_unref(disk)
+    if guest.physical_block_size:
+        # <blockio>: a 512e disk whose physical block is a subcluster.
+        disk.physical_block_size = str(guest.physical_block_size)
+    if guest.metadata_cache_bytes:
+        disk = with_metadata_cache(disk, guest.metadata_cache_bytes)
+    return disk
 
 
 class PreallocDisk(vconfig.LibvirtConfigGuestDisk):

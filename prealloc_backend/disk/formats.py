@@ -162,7 +162,24 @@ def check_qcow2_disk(path):
     without one) and the disk's ImageInfo.
     """
     _no_data_file(path, path, 'the disk')
-    info = qemu.info(path, 'qcow2')
+    return _checked(path, qemu.info(path, 'qcow2'))
+
+
+def checked_overlay(path, info):
+    """The Checked of the overlay at ``path`` that the caller has just
+    made (qcow2.create_overlay) of a base checked_base passed (no backing
+    file nor data-file of its own), whose ImageInfo is ``info``
+    (qemu.check_overlay's, which holds the base's name and format):
+    check_qcow2_disk's refusals, from what is known, with no qemu-img run.
+    """
+    return _checked(path, info, base_checked=True)
+
+
+def _checked(path, info, base_checked=False):
+    """check_qcow2_disk's verdict on the disk at ``path`` whose ImageInfo
+    is ``info``; ``base_checked``: its backing file is known to have
+    neither a backing file nor a data-file.
+    """
     why = info.refusal()
     if why:
         _refuse(path, why)
@@ -189,7 +206,7 @@ def check_qcow2_disk(path):
     if backing_fmt not in BACKING_FORMATS:
         _refuse(path, 'backing file %r has format %r, not raw or qcow2'
                 % (named, backing_fmt))
-    if backing_fmt == 'qcow2':
+    if backing_fmt == 'qcow2' and not base_checked:
         _no_data_file(path, backing, 'backing file %s' % backing)
         if not qemu.info(backing, 'qcow2').standalone:
             _refuse(path, 'backing file %s has a backing file or data-file '

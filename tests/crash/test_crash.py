@@ -440,7 +440,7 @@ class CrashTestCase(base.TestCase):
             record = journal.Journal(self.disk)
             record.recover()
             record.begin(True)
-            # nova's fetch (a copy of the base), flushed (backend._flushed),
+            # nova's fetch (a copy of the base), flushed (operation.flushed),
             # then grown (extend.grow_raw: a truncate).
             shutil.copyfile(self.base, self.disk)
             fd = os.open(self.disk, os.O_RDONLY)

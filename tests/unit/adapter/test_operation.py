@@ -20,15 +20,21 @@ import logging
 import os
 import subprocess
 import threading
+import traceback
 
 import fixtures
 from nova.compute import task_states
+from nova.tests.fixtures import libvirt as fakelibvirt
+from nova.virt import fake as fake_virt
+from oslo_concurrency import processutils
 from oslo_utils import units
 
+from prealloc_backend.adapter import driver
 from prealloc_backend.adapter import operation
 from prealloc_backend.disk import allocate
 from prealloc_backend.disk import formats
 from prealloc_backend.disk import fsprobe
+from prealloc_backend.disk import journal
 from prealloc_backend.disk import qemu
 from prealloc_backend import exception
 from prealloc_backend.planner import diskplan
@@ -115,6 +121,108 @@ class TestOneQcow2Resize(base.BackendTestCase):
         self.assertGreaterEqual(pb_fixtures.allocated(img.path),
                                 2 * base.DISK)
         self.assert_same_content(img.path, base_path)
+
+
+class QemuImgInfos(fixtures.Fixture):
+    """Every ``qemu-img info`` process started in this process (the
+    plugin's and nova's, all through oslo.concurrency's processutils; the
+    real ones still run), as (file relative to instances_path, whose):
+    'nova' for nova's own Image.cache() asking a base's size that the
+    operation has not read (the plugin's get_disk_size handing it on),
+    'plugin' for every other. An overlay's temporary name counts as the
+    disk's.
+    """
+
+    def __init__(self, instances_path):
+        super().__init__()
+        self.top = instances_path
+
+    def _setUp(self):
+        self.calls = []
+        real = processutils.execute
+
+        def counted(*cmd, **kwargs):
+            if 'qemu-img' in cmd and 'info' in cmd:
+                path = [a for a in cmd if str(a).startswith(self.top)][-1]
+                name = os.path.relpath(path, self.top)
+                self.calls.append((name.replace(journal.TMP_SUFFIX, ''),
+                                   self._whose()))
+            return real(*cmd, **kwargs)
+        self.useFixture(fixtures.MockPatchObject(processutils, 'execute',
+                                                 counted))
+
+    @staticmethod
+    def _whose():
+        stack = traceback.extract_stack()[:-2]
+        for index in range(len(stack) - 1, 0, -1):
+            if '/prealloc_backend/' in stack[index].filename:
+                caller = stack[index - 1]
+                if (stack[index].name == 'get_disk_size' and
+                        caller.name == 'cache' and
+                        caller.filename.endswith('imagebackend.py')):
+                    return 'nova'
+                return 'plugin'
+        return 'nova'
+
+    def take(self):
+        calls, self.calls = self.calls, []
+        return calls
+
+
+class TestQemuImgInfoPerNovaCall(base.BackendTestCase):
+    """At most one ``qemu-img info`` per file per nova call on the
+    plugin's side, counted on the real processes: what the operation
+    made or read is handed on, never read again. On 32c177c a new qcow2
+    instance's cache() ran 6 (the base 4 times: the check, nova's
+    verify_base_size, nova's cache(), the new disk's check; the disk twice:
+    made, then checked again by a growth that had nothing to do), a qcow2
+    resize 4.
+    """
+
+    def disk(self):
+        return '%s/disk' % self.instance.uuid
+
+    def test_a_new_qcow2_instance(self):
+        img = self.image('qcow2', 'space')
+        infos = self.useFixture(QemuImgInfos(self.instances_path))
+        self.cache(img, fmt='qcow2')
+        # The base once (formats.checked_base), the new disk once (made:
+        # qemu.check_overlay); nova's cache() asks the base's size of the
+        # operation, verify_base_size is given it.
+        self.assertEqual([('_base/base-image', 'plugin'),
+                          (self.disk(), 'plugin')], infos.take())
+        self.image('qcow2', instance=self.instance).libvirt_info('none', {})
+        self.assertEqual([(self.disk(), 'plugin')], infos.take())
+
+    def test_a_qcow2_resize(self):
+        img = self.image('qcow2', 'space')
+        self.cache(img, fmt='qcow2')
+        infos = self.useFixture(QemuImgInfos(self.instances_path))
+        self.cache(self.image('qcow2', instance=self.instance), fmt='qcow2',
+                   size=2 * base.DISK)
+        # nova's cache() reads the base's size first; the disk is checked
+        # (with its qcow2 base) once, its growth verified from its header.
+        self.assertEqual([('_base/base-image', 'nova'),
+                          (self.disk(), 'plugin'),
+                          ('_base/base-image', 'plugin')], infos.take())
+
+    def test_a_raw_disk_migrated_to_a_qcow2_host(self):
+        self.useFixture(fakelibvirt.LibvirtFixture())
+        img = self.image('raw', 'space', use_cow=False)
+        self.cache(img, fmt='raw')
+        formats.record_format(img.path, 'raw')
+        drv = driver.LibvirtDriver(fake_virt.FakeVirtAPI())
+        infos = self.useFixture(QemuImgInfos(self.instances_path))
+        with operation.MIGRATIONS.finishing(self.instance, {'disk': 'raw'}):
+            self.cache(self.image('qcow2', instance=self.instance),
+                       fmt='raw', size=2 * base.DISK)
+            self.assertEqual([('_base/base-image', 'nova')], infos.take())
+            drv._disk_raw_to_qcow2(img.path)
+            self.assertEqual([], infos.take())
+        self.image('qcow2', instance=self.instance).libvirt_info('none', {})
+        self.assertEqual([(self.disk(), 'plugin')], infos.take())
+        self.assertEqual('qcow2',
+                         pb_fixtures.qemu_img_info(img.path)['format'])
 
 
 class TestFacts(base.BackendTestCase):

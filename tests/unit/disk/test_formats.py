@@ -30,6 +30,7 @@ from oslo_utils import units
 from oslo_utils import uuidutils
 
 from prealloc_backend.disk import formats
+from prealloc_backend.disk import qemu
 from prealloc_backend import exception
 from prealloc_backend.planner import diskplan
 from tests import base
@@ -250,6 +251,43 @@ class TestCheckQcow2Disk(FormatsTestCase):
         exc = self.assertRaises(exception.UnsafeDiskHeader,
                                 formats.check_qcow2_disk, self.disk)
         self.assertIn('not a qcow2 file', str(exc))
+
+
+class TestCheckedOverlay(FormatsTestCase):
+    """An overlay the operation has just made is judged as check_qcow2_disk
+    judges one read from the records, from its ImageInfo, with no
+    qemu-img run.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.infos = self.useFixture(fixtures.MockPatchObject(
+            qemu, 'info', side_effect=AssertionError('qemu-img info')))
+
+    def made(self, backing, fmt='raw', **fields):
+        return qemu.ImageInfo(format='qcow2', virtual_size=units.Mi,
+                              cluster_size=65536, has_backing=True,
+                              backing_file=backing, backing_format=fmt,
+                              **fields)
+
+    def test_the_verdict_of_a_disk_read_from_its_records(self):
+        for fmt in ('raw', 'qcow2'):
+            cached = self.raw(self.base_path('abc-' + fmt))
+            info = self.made(cached, fmt)
+            self.assertEqual(formats.Checked(cached, fmt, info),
+                             formats.checked_overlay(self.disk, info))
+
+    def test_refused_as_check_qcow2_disk_refuses(self):
+        cached = self.raw(self.base_path('abc'))
+        elsewhere = self.raw(os.path.join(self.instances_path, 'x'))
+        for info, why in (
+                (self.made(cached, 'vmdk'), "has format 'vmdk'"),
+                (self.made(elsewhere), formats.cache_dir()),
+                (self.made(cached, data_file='/d'), "data-file '/d'")):
+            exc = self.assertRaises(exception.UnsafeDiskHeader,
+                                    formats.checked_overlay, self.disk, info)
+            self.assertIn(why, str(exc))
+        self.infos.mock.assert_not_called()
 
 
 class TestCheckedBase(FormatsTestCase):
