@@ -12,10 +12,19 @@
 
 """The nova-facing floor: what nova-compute and nova-api call.
 
-The compute driver (driver.py), the image backend nova's libvirt driver
-asks for disks (backend.py), the migration steps (migrationops.py), the
-instance-action events (events.py), the guest XML settings (guestxml.py)
-and the flavor extra-spec validators nova-api loads (extra_specs.py). It
-reads nova's objects and options, asks the planner, and hands the plan to
-the disk executors below; nothing below imports it.
+The compute driver (driver.py) hands each call to one module of this
+floor: the image backend nova's libvirt driver asks for disks
+(backend.py) keeps nova's methods and their order, and gives each nova
+call one disk operation (operation.py's DiskOperation), which reads the
+disk's facts once, decides its mode once, makes the one plan and carries
+out the steps (an overlay made, a disk grown or re-laid out, a file's
+blocks allocated, the guest's disk settings) by handing data, never
+nova's image object, to the executors of disk/. Also the migration steps
+(migrationops.py), placement's inventory (inventory.py), the
+instance-action events (events.py), the guest XML (guestxml.py) and the
+flavor extra-spec validators nova-api loads (extra_specs.py).
+
+May import: adoption (recovery at nova-compute's start), disk, planner,
+privsep, system and the base modules (conf, exception, sizes), and nova.
+Nothing below imports it; only cmd/ does.
 """

@@ -12,7 +12,17 @@
 
 """Adoption of existing disks: an instance's qcow2 overlays rewritten to
 the host's policy, live (a block copy onto a disk the plugin made, then a
-pivot) or offline (qcow2.relayout_overlay). ``live`` speaks to libvirt and
-keeps the crash journal; ``prealloc_backend.cmd.adopt`` coordinates with
-nova; ``prealloc_backend.planner.adoption`` decides which disks to adopt.
+pivot) or offline (qcow2.relayout_overlay).
+
+instances.py runs it: the disks chosen from nova's and libvirt's records,
+the claim on the instance, each instance and disk adopted under the host's
+lock; live.py speaks to libvirt and keeps the crash journal; recovery.py
+finds and recovers what an interrupted adoption left (``adopt`` and
+nova-compute's start). ``prealloc_backend.cmd.adopt`` is only its command
+line (arguments, progress, the report); planner/adoption.py decides which
+disks are at the host's policy.
+
+May import: disk, planner, system and the base modules (conf, exception,
+sizes), nova's objects and libvirt. Imported by adapter/ (recovery) and
+cmd/.
 """

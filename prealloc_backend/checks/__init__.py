@@ -43,6 +43,10 @@ one concern, reading the configuration and shared facts from ``host``
 
 CHECKS is their order in the report; cmd/check.py runs them on
 oslo.upgradecheck.
+
+May import: disk, planner, privsep, system and the base modules; the
+adapter's driver only inside compute_driver.py's check, which loads it as
+nova-compute will. Only cmd/ imports this floor.
 """
 
 from prealloc_backend.checks import capacity

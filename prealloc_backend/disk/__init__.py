@@ -12,11 +12,18 @@
 
 """The disk executors: they carry out a plan on files, as the nova user.
 
-qemu-img (qemu.py) and qcow2 overlays, growth and re-layout (qcow2.py);
-the blocks of raw files (allocate.py, through the privileged daemon) and
-their growth (extend.py); a disk's format from nova's records and the
-safety checks of its header (formats.py); the facts of a filesystem
-(fsprobe.py); the crash journal beside a disk being made (journal.py);
-what the host's QEMU and libvirt can do (hostcaps.py).
-They decide nothing the plan does not say.
+qemu-img and its one typed reading of an image (qemu.py's ImageInfo) and
+qcow2 overlays, growth and re-layout (qcow2.py); the mend of a growth cut
+short (refcount.py); the blocks of raw files (allocate.py, through the
+privileged daemon) and their growth (extend.py); a disk's format from
+nova's records and the safety checks of its header (formats.py); the
+facts of a filesystem (fsprobe.py); the crash journal beside a disk being
+made (journal.py); what the host's QEMU and libvirt can do (hostcaps.py);
+what instances_path holds, read within bounds for placement and the
+report (usage.py). They decide nothing the plan does not say and take
+data (paths, sizes, formats, plans), never nova's image objects.
+
+May import: planner, privsep (allocate.py only), system and the base
+modules (conf, exception, sizes), and nova's utilities. Never adapter,
+adoption, checks or cmd.
 """

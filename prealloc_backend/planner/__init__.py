@@ -13,6 +13,12 @@
 """The planner: pure decisions, no disk touched and no process run.
 
 The preallocation modes (modes.py), the layout formulas of qcow2 disks
-(qcow2_layout.py) and the one plan of a disk's work (diskplan.py). Every
-other floor takes its vocabulary and its numbers from here.
+(qcow2_layout.py), the one plan of a disk's work (diskplan.py), the host's
+policy from its configuration (hostpolicy.py), whether an existing overlay
+is at that policy (adoption.py) and what a host can still reserve for
+placement (capacity.py). Every other floor takes its vocabulary and its
+numbers from here.
+
+May import: only the base modules (conf, exception, sizes), the
+standard library and oslo's utilities; never a floor above, never nova.
 """

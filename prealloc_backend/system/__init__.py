@@ -13,4 +13,7 @@
 """The operating system as every floor uses it: durable file operations
 (fileops.py), child processes with limits and deadlines (process.py),
 signals that stop a command cleanly (stopping.py).
+
+May import: the base modules (conf, exception), the standard library,
+oslo.concurrency and oslo.log; the lowest floor, imported by every other.
 """
