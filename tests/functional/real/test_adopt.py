@@ -29,6 +29,7 @@ is nova's real objects and database. The kill tests run the copy itself
 point (``PREALLOC_TEST_PAUSE_AT``); the next ``adopt`` recovers.
 """
 
+import functools
 import io
 import json
 import os
@@ -136,9 +137,13 @@ class _AdoptBase(base.RealHypervisorTestCase):
                bandwidth=RATE, limits=None):
         self.flags(group='prealloc_backend', mode=mode)
         report = adopt_cmd.Report(out=out or io.StringIO())
+        # The command's own progress lines (cmd/adopt.py hands them to the
+        # run): the tests act on them mid-copy.
         instances.adopt(self.context, self.conn, report,
                         uuids=[server['id']], bandwidth=bandwidth, stop=stop,
-                        limits=limits)
+                        limits=limits,
+                        progress=functools.partial(adopt_cmd.progress_printer,
+                                                   report))
         return report
 
     def _churn_count(self, server):
