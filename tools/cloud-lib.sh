@@ -54,25 +54,65 @@ CTL_IP=$LINK_PREFIX.1
 # host_ip N, host_name N: compute host N's address and name.
 host_ip() { echo "$LINK_PREFIX.$((10 + $1))"; }
 host_name() { echo "prealloc-cloud-$1"; }
-# host_mode N: the plugin's policy of host N. Host 1 follows nova's
-# preallocate_images = space (the one line of the install guide); host 2
-# sets [prealloc_backend] mode = metadata (cloud-up's host_mode_conf): a
-# fleet whose hosts differ (a disk that moves gets the policy of the host
-# it lands on, unless its flavor names a mode). Tempest's [prealloc]
-# host_modes says the same.
+# The fleet mid-upgrade (issue 46): compute host 2 runs the other Debian
+# generation than the machine's, in the root tools/platform-up makes (on
+# Debian 12, Debian 13's QEMU 10, libvirt 11 and Python 3.13; on Debian 13,
+# Debian 12's), chrooted inside its namespaces, with nova-compute and the
+# plugin installed there from the same pins (PLATFORM_VENV, bound over
+# CLOUD_VENV in its mount namespace); host 1 stays on the machine's own.
+# PREALLOC_CLOUD_MIXED=0: both hosts on the machine's generation.
+# shellcheck source=tools/platform-lib.sh
+. "$TOP/tools/platform-lib.sh"
+# cloud-up decides it (one host: one generation) and records it in
+# STATE_DIR/mixed, which the other tools read while the cloud is up.
+CLOUD_MIXED=${PREALLOC_CLOUD_MIXED:-1}
+# The cloud's virtualenv inside the root (Python of the root's generation).
+PLATFORM_VENV=/opt/prealloc-cloud/venv
+cloud_mixed() {
+  if [ -s "$STATE_DIR/mixed" ]; then
+    cat "$STATE_DIR/mixed"
+  else
+    echo "$CLOUD_MIXED"
+  fi
+}
+# host_root N: the root host N runs in (nothing: the machine's own).
+host_root() {
+  if [ "$(cloud_mixed)" = 1 ] && [ "$1" = 2 ]; then
+    echo "$PLATFORM_ROOT"
+  fi
+}
+# newer_host: the host of the newer generation (a bookworm root on a
+# trixie machine is the older one): the host in mode space. nova's
+# conductor refuses a live migration to a host whose hypervisor is older
+# than the source's (DestinationHypervisorTooOld): a fleet drains each
+# host onto upgraded ones, so the reserving host, the destination of the
+# block live migrations Tempest checks, is the newer one.
+newer_host() {
+  if [ "$(cloud_mixed)" = 1 ] && [ "$PLATFORM_SUITE" = trixie ]; then
+    echo 2
+  else
+    echo 1
+  fi
+}
+# host_mode N: the plugin's policy of host N. The newer host (host 1 on one
+# generation) follows nova's preallocate_images = space (the one line of
+# the install guide); the other sets [prealloc_backend] mode = metadata
+# (cloud-up's host_mode_conf): a fleet whose hosts differ (a disk that
+# moves gets the policy of the host it lands on, unless its flavor names a
+# mode). Tempest's [prealloc] host_modes says the same.
 host_mode() {
-  if [ "$1" = 2 ]; then echo metadata; else echo space; fi
+  if [ "$1" = "$(newer_host)" ]; then echo space; else echo metadata; fi
 }
 # host_fs_mb N: the size of host N's instances filesystem, an ext4 of its
-# own on a sparse file, loop-mounted (cloud-up): host 1 (space) small
-# enough for Tempest to fill with files nova does not know about (the
-# capacity test); host 2 (metadata, nova's inventory) large enough for the
-# 160 GiB thin disk of the metadata-cache test (nova reports DISK_GB's
-# max_unit as the filesystem's size, whatever the ratio). Sparse: the
-# disks' reserved extents cost the machine's disk only their metadata;
-# written zeros (mode full) cost it their size.
+# own on a sparse file, loop-mounted (cloud-up): the host in mode space
+# small enough for Tempest to fill with files nova does not know about (the
+# capacity test); the host in mode metadata (nova's inventory) large
+# enough for the 160 GiB thin disk of the metadata-cache test (nova reports
+# DISK_GB's max_unit as the filesystem's size, whatever the ratio).
+# Sparse: the disks' reserved extents cost the machine's disk only their
+# metadata; written zeros (mode full) cost it their size.
 host_fs_mb() {
-  if [ "$1" = 2 ]; then echo 196608; else echo 16384; fi
+  if [ "$(host_mode "$1")" = space ]; then echo 16384; else echo 196608; fi
 }
 # unmount_host_fs: the hosts' filesystems, where still mounted (a run
 # killed before its cloud-down). Never rm -r into one: see cloud-up.
@@ -177,11 +217,16 @@ clean_env() {
 }
 
 # in_host N CMD...: run CMD (as root) in compute host N's namespaces.
+# A host in a root (host_root): its holder chrooted there, and CMD with it
+# (nsenter --root), in the holder's working directory, the root's /
+# (nsenter opens a --wd=DIR before it enters the root: outside it).
 in_host() {
   local pid
   pid=$(our_pid "ns-$1") || die "compute host $1 does not run (no ns-$1)"
+  local into=(--net --mount --uts)
+  [ -z "$(host_root "$1")" ] || into+=(--root --wd)
   shift
-  nsenter --target "$pid" --net --mount --uts -- "$@"
+  nsenter --target "$pid" "${into[@]}" -- "$@"
 }
 
 # start_service NAME USER [VAR=VALUE...] CMD...: start CMD in its own
@@ -196,7 +241,9 @@ start_service() {
   local as=() into=() home=$CLOUD_DIR/home pid
   if [ -n "${IN_HOST:-}" ]; then
     pid=$(our_pid "ns-$IN_HOST") || die "compute host $IN_HOST does not run"
-    into=(nsenter --target "$pid" --net --mount --uts --)
+    into=(nsenter --target "$pid" --net --mount --uts)
+    [ -z "$(host_root "$IN_HOST")" ] || into+=(--root --wd)
+    into+=(--)
   fi
   if [ "$user" != root ]; then
     as=(setpriv --reuid="$user" --regid="$user" --init-groups)

@@ -36,11 +36,15 @@ PLATFORM_SRC=/srv/prealloc
 # run-tests' own installs then find them there), and bindep.txt's default,
 # "test" and "real" profiles, so that run-tests inside installs nothing;
 # git for pbr's version, ca-certificates for PyPI over HTTPS, procps for
-# nova's libvirt driver (it runs uptime; minbase has no procps).
+# nova's libvirt driver (it runs uptime; minbase has no procps); for the
+# cloud's compute host in the root (tools/cloud-up): sshd and ssh (nova's
+# cold migrations copy over SSH), iproute2 and iptables (the host's link
+# and its firewall rules are set from inside).
 PLATFORM_PACKAGES="qemu-utils qemu-system-x86 libvirt-daemon-system
   libvirt-clients python3 python3-venv python3-dev libvirt-dev pkg-config
   gcc libc6-dev busybox-static util-linux e2fsprogs xfsprogs libxml2-utils
-  mount passwd dosfstools rsync sudo git ca-certificates procps"
+  mount passwd dosfstools rsync sudo git ca-certificates procps
+  openssh-server openssh-client iproute2 iptables"
 STAMP=$PLATFORM_ROOT/.prealloc-platform
 HOLDER_PID=$PLATFORM_STATE/holder.pid
 
