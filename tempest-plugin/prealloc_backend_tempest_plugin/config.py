@@ -57,6 +57,15 @@ PreallocGroup = [
                      "nova's preallocate_images gives): what a disk without "
                      "a flavor mode gets on the host it lands on. A host not "
                      "listed: the tests that need its mode are skipped."),
+    cfg.DictOpt('host_qemu_versions',
+                default={},
+                help="The QEMU version of each compute host, "
+                     "host:version,... (a fleet mid-upgrade runs two "
+                     "generations). With two hosts of different versions "
+                     "the live migrations go from the older to the newer "
+                     "(nova's conductor refuses the other way, "
+                     "DestinationHypervisorTooOld), and the tests across "
+                     "the generations run; otherwise they are skipped."),
     cfg.StrOpt('compute_config',
                default='/etc/nova/nova.conf',
                help="nova-compute's configuration file on the compute "

@@ -38,6 +38,7 @@ import shlex
 import subprocess
 import time
 
+from oslo_log import log as logging
 from prometheus_client import parser as prom_parser
 from tempest.api.compute import base
 from tempest.common import compute
@@ -49,6 +50,7 @@ from tempest.lib import exceptions as lib_exc
 from prealloc_backend_tempest_plugin import host as compute_host
 
 CONF = config.CONF
+LOG = logging.getLogger(__name__)
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
@@ -459,6 +461,19 @@ class PreallocTwoHostsTest(PreallocHostTest):
         waiters.wait_for_server_status(self.admin_servers_client, server['id'],
                                        'ACTIVE')
 
+    def older_and_newer(self):
+        """The hosts of the older and the newer QEMU (``[prealloc]
+        host_qemu_versions``), or None where the hosts run one generation.
+        """
+        versions = {}
+        for host, version in CONF.prealloc.host_qemu_versions.items():
+            versions[host] = tuple(int(p) for p in version.split('.')
+                                   if p.isdigit())
+        if len(versions) < 2 or len(set(versions.values())) < 2:
+            return None
+        ordered = sorted(versions, key=versions.get)
+        return ordered[0], ordered[-1]
+
 
 class PreallocMigrationTest(PreallocTwoHostsTest):
     """A disk that moves to another host (cold migration, block live
@@ -576,7 +591,14 @@ class PreallocMigrationTest(PreallocTwoHostsTest):
         self._test_live_block_migration('space')
 
     def _test_live_block_migration(self, mode):
-        server = self.boot(self.flavor(**{'prealloc:mode': mode}))
+        generations = self.older_and_newer()
+        if generations:
+            # From the older generation to the newer: the only way nova
+            # live migrates (PreallocGenerationsTest has the other).
+            server = self.boot_on(self.flavor(**{'prealloc:mode': mode}),
+                                  generations[0])
+        else:
+            server = self.boot(self.flavor(**{'prealloc:mode': mode}))
         source = server['OS-EXT-SRV-ATTR:host']
         dest = self.other_host(server)
         host = self.host_of(server)
@@ -597,6 +619,227 @@ class PreallocMigrationTest(PreallocTwoHostsTest):
         after the mirror (no extent left unwritten or unmapped).
         """
         self._test_live_block_migration('full')
+
+
+class PreallocGenerationsTest(PreallocTwoHostsTest):
+    """A fleet mid-upgrade: two hosts of different QEMU and libvirt
+    generations (``[prealloc] host_qemu_versions``; tools/cloud-up runs
+    host 2 on the other Debian release). What the plugin adds differs
+    between them: discard-no-unref in the guest XML, which only a host
+    with QEMU 8.1 and libvirt 9.5 takes, read from the host's own
+    connection at nova-compute's start.
+
+    Skipped on a cloud of one generation. The cloud's nova.conf sets
+    ``[libvirt] hw_disk_discard = unmap``: a disk of mode metadata then
+    gets ``discard='unmap'`` with ``discard_no_unref='on'`` where its
+    host has both, ``discard='ignore'`` elsewhere
+    (doc/source/admin/discard.rst).
+    """
+
+    def setUp(self):
+        super().setUp()
+        generations = self.older_and_newer()
+        if generations is None:
+            raise self.skipException(
+                'the compute hosts run one QEMU generation ([prealloc] '
+                'host_qemu_versions: %s)' % CONF.prealloc.host_qemu_versions)
+        self.older, self.newer = generations
+
+    def disk_driver(self, server):
+        server = self.admin_view(server['id'])
+        host = self.host_of(server)
+        return host.domain_disk_driver(
+            server['OS-EXT-SRV-ATTR:instance_name'],
+            host.disk_path(server['id']))
+
+    def assert_discard(self, server, host, discard, no_unref):
+        driver = self.disk_driver(server)
+        what = '%s on %s: <driver %s>' % (server['id'], host,
+                                          dict(driver.attrib))
+        self.assertEqual(discard, driver.get('discard'), what)
+        self.assertEqual(no_unref, driver.get('discard_no_unref'), what)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a60')
+    def test_cold_migration_both_ways_sets_each_hosts_discard(self):
+        """A disk of mode metadata cold migrated from the newer host to
+        the older and back: its guest XML has discard-no-unref on the
+        newer host only (the destination's capability, never the
+        source's), and its disk and data are the same all the way.
+        """
+        server = self.boot_on(self.flavor(**{'prealloc:mode': 'metadata'}),
+                              self.newer)
+        self.assert_disk(server, 'metadata', GiB)
+        self.assert_discard(server, self.newer, 'unmap', 'on')
+        path = self.host_of(server).disk_path(server['id'])
+        data = self.host_of(server).guest_md5(path)
+        self.cold_migrate(server, self.older)
+        self.assert_moved(server, self.newer, self.older, 'metadata')
+        self.assert_discard(server, self.older, 'ignore', None)
+        self.assertEqual(data, compute_host.ComputeHost(
+            self.older).guest_md5(path))
+        self.cold_migrate(server, self.newer)
+        self.assert_moved(server, self.older, self.newer, 'metadata')
+        self.assert_discard(server, self.newer, 'unmap', 'on')
+        self.assertEqual(data, compute_host.ComputeHost(
+            self.newer).guest_md5(path))
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a61')
+    def test_live_migration_to_the_older_host_refused(self):
+        """A block live migration from the newer host to the older is
+        refused by nova's conductor before anything moves
+        (DestinationHypervisorTooOld): the server runs on where it was,
+        its disk unchanged, nothing left on the older host.
+        """
+        server = self.boot_on(self.flavor(**{'prealloc:mode': 'space'}),
+                              self.newer)
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        before = host.qemu_img_map(path)
+        data = host.guest_md5(path)
+        self.admin_servers_client.live_migrate_server(
+            server['id'], host=self.older, block_migration=True)
+        migrations = self.wait_for_migration(server)
+        self.assertEqual(['error'], [m['status'] for m in migrations],
+                         migrations)
+        waiters.wait_for_server_status(self.admin_servers_client,
+                                       server['id'], 'ACTIVE')
+        self.assertEqual(self.newer, self.get_host_for_server(server['id']))
+        self.assertEqual(before, host.qemu_img_map(path))
+        self.assertEqual(data, host.guest_md5(path))
+        self.assert_disk(self.admin_view(server['id']), 'space', GiB)
+        older = compute_host.ComputeHost(self.older)
+        self.assertFalse(older.exists(older.disk_path(server['id'])))
+        events = self.action_events(server, 'live-migration')
+        conductor = [e for e in events
+                     if e['event'] == 'conductor_live_migrate_instance']
+        self.assertEqual(['Error'], [e['result'] for e in conductor],
+                         events)
+        # Refused before the destination was asked.
+        self.assertEqual(
+            [], [e for e in events if e['event'] ==
+                 'compute_check_can_live_migrate_destination'], events)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a62')
+    def test_live_migration_to_the_newer_host_keeps_the_guest_xml(self):
+        """A block live migration from the older host to the newer: the
+        guest runs there with the XML it had (QEMU's migration keeps the
+        source's disk settings: ``ignore``, no discard-no-unref), its disk
+        allocated as its flavor's mode says and the same data; a hard
+        reboot there then defines it with the newer host's settings.
+        """
+        server = self.boot_on(self.flavor(**{'prealloc:mode': 'metadata'}),
+                              self.older)
+        self.assert_discard(server, self.older, 'ignore', None)
+        path = self.host_of(server).disk_path(server['id'])
+        data = self.host_of(server).guest_md5(path)
+        self.live_migrate(server, self.newer)
+        self.assert_moved(server, self.older, self.newer, 'metadata')
+        self.assert_discard(server, self.newer, 'ignore', None)
+        self.assertEqual(data, compute_host.ComputeHost(
+            self.newer).guest_md5(path))
+        self.admin_servers_client.reboot_server(server['id'], type='HARD')
+        waiters.wait_for_server_status(self.admin_servers_client,
+                                       server['id'], 'ACTIVE')
+        self.assert_discard(server, self.newer, 'unmap', 'on')
+        self.assert_disk(self.admin_view(server['id']), 'metadata', GiB)
+
+
+class PreallocReservationWalkTest(PreallocTwoHostsTest):
+    """A disk of mode space through every step nova takes it through that
+    the API can drive (stop and start, hard reboot, snapshot, rebuild,
+    resize to the other host, cold migration back, block live migration
+    where nova allows it, shelve offload and unshelve), starting on each
+    generation's host: after each, the disk's blocks are all reserved
+    (st_blocks at least its virtual size) on the host it is on. Each step's
+    figures are logged (tempest.log: "reservation walk").
+    """
+
+    min_microversion = '2.84'
+
+    @classmethod
+    def skip_checks(cls):
+        super().skip_checks()
+        if not CONF.compute_feature_enabled.shelve:
+            raise cls.skipException('shelve is not enabled')
+
+    def check_reserved(self, server, step, size, rows):
+        server = self.admin_view(server['id'])
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        info = host.qemu_img_info(path)
+        st_size, allocated = host.stat(path)
+        unwritten = host.unwritten_bytes(path)
+        row = (step, server['OS-EXT-SRV-ATTR:host'], info['virtual-size'],
+               allocated, unwritten)
+        rows.append(row)
+        LOG.info('reservation walk: %s on %s: virtual %d, allocated %d, '
+                 'unwritten %d', *row)
+        what = 'after %s: %s (all so far: %s)' % (step, row, rows)
+        self.assertEqual(size, info['virtual-size'], what)
+        self.assertGreaterEqual(allocated, size, what)
+
+    def _walk(self, start):
+        other = [h for h in CONF.prealloc.host_modes if h != start]
+        if not other:
+            raise self.skipException('needs two hosts in [prealloc] '
+                                     'host_modes')
+        rows = []
+        flavor = self.flavor(**{'prealloc:mode': 'space'})
+        bigger = self.flavor(disk=2, **{'prealloc:mode': 'space'})
+        server = self.boot_on(flavor, start)
+        self.check_reserved(server, 'create', GiB, rows)
+        sid = server['id']
+        client = self.admin_servers_client
+        client.stop_server(sid)
+        waiters.wait_for_server_status(client, sid, 'SHUTOFF')
+        client.start_server(sid)
+        waiters.wait_for_server_status(client, sid, 'ACTIVE')
+        self.check_reserved(server, 'stop/start', GiB, rows)
+        client.reboot_server(sid, type='HARD')
+        waiters.wait_for_server_status(client, sid, 'ACTIVE')
+        self.check_reserved(server, 'hard reboot', GiB, rows)
+        # The admin's server (nova:HOST): the admin's snapshot (2.45 and
+        # later answer with its id).
+        image_id = self.os_admin.compute_images_client.create_image(
+            sid, name='prealloc-walk-%s' % sid)['image_id']
+        self.addCleanup(self.os_admin.image_client_v2.delete_image,
+                        image_id)
+        waiters.wait_for_image_status(self.os_admin.image_client_v2,
+                                      image_id, 'active')
+        waiters.wait_for_server_status(client, sid, 'ACTIVE')
+        self.check_reserved(server, 'snapshot', GiB, rows)
+        client.rebuild_server(sid, CONF.compute.image_ref_alt)
+        waiters.wait_for_server_status(client, sid, 'ACTIVE')
+        self.check_reserved(server, 'rebuild', GiB, rows)
+        client.resize_server(sid, bigger['id'])
+        waiters.wait_for_server_status(client, sid, 'VERIFY_RESIZE')
+        client.confirm_resize_server(sid)
+        waiters.wait_for_server_status(client, sid, 'ACTIVE')
+        self.check_reserved(server, 'resize', 2 * GiB, rows)
+        here = self.get_host_for_server(sid)
+        self.cold_migrate(server, start if here != start else other[0])
+        self.check_reserved(server, 'cold migration', 2 * GiB, rows)
+        generations = self.older_and_newer()
+        here = self.get_host_for_server(sid)
+        if generations is None or here == generations[0]:
+            dest = [h for h in CONF.prealloc.host_modes if h != here][0]
+            self.live_migrate(server, dest)
+            self.check_reserved(server, 'live migration', 2 * GiB, rows)
+        compute.shelve_server(client, sid, force_shelve_offload=True)
+        client.unshelve_server(sid)
+        waiters.wait_for_server_status(client, sid, 'ACTIVE')
+        self.check_reserved(server, 'shelve/unshelve', 2 * GiB, rows)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a70')
+    def test_reservation_kept_from_the_first_host(self):
+        self._walk(sorted(CONF.prealloc.host_modes)[0])
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a71')
+    def test_reservation_kept_from_the_second_host(self):
+        hosts = sorted(CONF.prealloc.host_modes)
+        if len(hosts) < 2:
+            raise self.skipException('one host in [prealloc] host_modes')
+        self._walk(hosts[1])
 
 
 class PreallocExtraSpecsTest(base.BaseV2ComputeAdminTest):
