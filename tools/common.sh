@@ -173,3 +173,21 @@ run_stoppable() {
   done
   trap - INT TERM
 }
+
+# root_path DIR: DIR and every directory above it are directories (no
+# link) owned by root that no one else can change (writable by others only
+# with the sticky bit, as /tmp and /var/tmp).
+root_path() {
+  local dir=$1 mode
+  case "$dir" in /*) ;; *) return 1 ;; esac
+  while :; do
+    [ -d "$dir" ] && [ ! -L "$dir" ] || return 1
+    [ "$(stat -c %u "$dir")" = 0 ] || return 1
+    mode=$(stat -c %a "$dir")
+    if [ $((8#$mode & 8#022)) -ne 0 ] && [ $((8#$mode & 8#1000)) -eq 0 ]; then
+      return 1
+    fi
+    [ "$dir" != / ] || return 0
+    dir=$(dirname "$dir")
+  done
+}
