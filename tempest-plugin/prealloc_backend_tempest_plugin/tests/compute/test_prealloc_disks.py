@@ -823,7 +823,15 @@ class PreallocReservationWalkTest(PreallocTwoHostsTest):
         here = self.get_host_for_server(sid)
         if generations is None or here == generations[0]:
             dest = [h for h in CONF.prealloc.host_modes if h != here][0]
-            self.live_migrate(server, dest)
+            # Not live_migrate(): the server has moved before (its resize
+            # and cold migration are migrations too).
+            client.live_migrate_server(sid, host=dest, block_migration=True)
+            waiters.wait_for_server_status(client, sid, 'ACTIVE')
+            deadline = time.time() + CONF.compute.build_timeout
+            while (self.get_host_for_server(sid) != dest and
+                   time.time() < deadline):
+                time.sleep(2)
+            self.assertEqual(dest, self.get_host_for_server(sid))
             self.check_reserved(server, 'live migration', 2 * GiB, rows)
         compute.shelve_server(client, sid, force_shelve_offload=True)
         client.unshelve_server(sid)
