@@ -80,9 +80,26 @@ PreallocGroup = [
                help="A command line (split as a shell would) that restarts "
                     "the nova-compute of the host its first argument names, "
                     "in the mode '--mode MODE' gives, or in the host's own "
-                    "without it (tools/cloud-compute). Unset: the adoption "
-                    "test boots its server in the host's own mode instead "
-                    "of mode none."),
+                    "without it (tools/cloud-compute); with '--stop' it "
+                    "stops it (the evacuation test), with '--stock' it "
+                    "starts nova's own nova-compute without the plugin (the "
+                    "test of leaving the plugin). Unset: the adoption test "
+                    "boots its server in the host's own mode instead of "
+                    "mode none, and the evacuation and leaving tests are "
+                    "skipped."),
+    cfg.StrOpt('trim_image_ref',
+               help="An image whose guest discards part of its disk and "
+                    "powers off, reporting on its console "
+                    "(bench/prealloc_bench/guest.py's action trim; "
+                    "tools/cloud-up's guest-trim). Unset: the test of a "
+                    "guest's TRIM through nova is skipped."),
+    cfg.StrOpt('reservation_record',
+               help="A file on the machine running Tempest to which the "
+                    "reservation tests (the walk, evacuation, a guest's "
+                    "TRIM, adoption) append one JSON line per step: the "
+                    "disk's figures on its host, from the files and from "
+                    "prealloc-backend report (tools/cloud-tempest prints "
+                    "them as a table). Unset: nothing is recorded."),
 ]
 
 
