@@ -69,6 +69,29 @@ QEMU_DEFAULT_L2_CACHE = 32 * MiB
 DISK_EVENT = 'compute_prealloc_disks'
 
 
+def report_metrics(text):
+    """{metric name: [samples]} of ``prealloc-backend report``'s
+    Prometheus text.
+    """
+    metrics = {}
+    for family in prom_parser.text_string_to_metric_families(text):
+        for sample in family.samples:
+            metrics.setdefault(sample.name, []).append(sample)
+    return metrics
+
+
+def record_reservation(row):
+    """Append ``row`` as a JSON line to ``[prealloc]
+    reservation_record`` (when set): tools/cloud-tempest prints the lines
+    as the reservation table of doc/source/admin/migrations.rst.
+    """
+    path = CONF.prealloc.reservation_record
+    if not path:
+        return
+    with open(path, 'a') as f:
+        f.write(json.dumps(row, sort_keys=True) + '\n')
+
+
 class PreallocHostTest(base.BaseV2ComputeAdminTest):
     """Boot servers from flavors with prealloc: extra specs."""
 
@@ -474,6 +497,64 @@ class PreallocTwoHostsTest(PreallocHostTest):
         ordered = sorted(versions, key=versions.get)
         return ordered[0], ordered[-1]
 
+    def restart_compute(self, host, *args):
+        """``[prealloc] compute_restart_command HOST ARGS...``
+        (tools/cloud-compute): nova-compute of ``host`` restarted in its
+        own mode (no ARGS), in another (``--mode MODE``), stopped
+        (``--stop``) or as stock nova (``--stock``).
+        """
+        argv = (shlex.split(CONF.prealloc.compute_restart_command) +
+                [host] + list(args))
+        proc = subprocess.run(argv, capture_output=True, text=True,
+                              timeout=300)
+        self.assertEqual(0, proc.returncode, '%s: %s%s' % (
+            argv, proc.stdout, proc.stderr))
+
+    def reservation(self, server, step, size=GiB, walk=None):
+        """The root disk of ``server`` after ``step``, on the host it is
+        on: its figures from the files (qemu-img info, st_blocks, the
+        extents filefrag calls unwritten) and from ``prealloc-backend
+        report`` there (the bytes it counts allocated, whether the disk is
+        at its mode's policy), recorded (record_reservation) and returned.
+        Asserts the disk's virtual size is ``size``.
+        """
+        server = self.admin_view(server['id'])
+        name = server['OS-EXT-SRV-ATTR:host']
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        info = host.qemu_img_info(path)
+        _st_size, allocated = host.stat(path)
+        row = {'test': '%s.%s' % (self.__class__.__name__,
+                                  self._testMethodName),
+               'walk': walk, 'step': step, 'host': name,
+               'qemu': CONF.prealloc.host_qemu_versions.get(name, ''),
+               'host_mode': CONF.prealloc.host_modes.get(name, ''),
+               'virtual': info['virtual-size'], 'allocated': allocated,
+               'unwritten': host.unwritten_bytes(path),
+               'report_mode': None, 'report_allocated': None,
+               'report_at_policy': None}
+        metrics = report_metrics(host.prealloc_report())
+        for metric, key in (('prealloc_disk_allocated_bytes',
+                             'report_allocated'),
+                            ('prealloc_disk_at_policy', 'report_at_policy')):
+            for sample in metrics.get(metric, []):
+                if (sample.labels.get('instance_uuid') == server['id'] and
+                        sample.labels.get('disk') == 'disk'):
+                    row[key] = sample.value
+                    row['report_mode'] = sample.labels.get('mode')
+        record_reservation(row)
+        LOG.info('reservation: %s', row)
+        self.assertEqual(size, row['virtual'], row)
+        return row
+
+    def assert_reserved(self, row):
+        """The disk of ``row`` (reservation()) has all its blocks: the
+        files say so and so does the report on its host.
+        """
+        self.assertGreaterEqual(row['allocated'], row['virtual'], row)
+        self.assertEqual(1.0, row['report_at_policy'], row)
+        self.assertEqual('space', row['report_mode'], row)
+
 
 class PreallocMigrationTest(PreallocTwoHostsTest):
     """A disk that moves to another host (cold migration, block live
@@ -659,7 +740,7 @@ class PreallocGenerationsTest(PreallocTwoHostsTest):
         self.assertEqual(discard, driver.get('discard'), what)
         self.assertEqual(no_unref, driver.get('discard_no_unref'), what)
 
-    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a60')
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a80')
     def test_cold_migration_both_ways_sets_each_hosts_discard(self):
         """A disk of mode metadata cold migrated from the newer host to
         the older and back: its guest XML has discard-no-unref on the
@@ -683,7 +764,7 @@ class PreallocGenerationsTest(PreallocTwoHostsTest):
         self.assertEqual(data, compute_host.ComputeHost(
             self.newer).guest_md5(path))
 
-    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a61')
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a81')
     def test_live_migration_to_the_older_host_refused(self):
         """A block live migration from the newer host to the older is
         refused by nova's conductor before anything moves
@@ -719,7 +800,7 @@ class PreallocGenerationsTest(PreallocTwoHostsTest):
             [], [e for e in events if e['event'] ==
                  'compute_check_can_live_migrate_destination'], events)
 
-    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a62')
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a82')
     def test_live_migration_to_the_newer_host_keeps_the_guest_xml(self):
         """A block live migration from the older host to the newer: the
         guest runs there with the XML it had (QEMU's migration keeps the
@@ -746,12 +827,16 @@ class PreallocGenerationsTest(PreallocTwoHostsTest):
 
 class PreallocReservationWalkTest(PreallocTwoHostsTest):
     """A disk of mode space through every step nova takes it through that
-    the API can drive (stop and start, hard reboot, snapshot, rebuild,
-    resize to the other host, cold migration back, block live migration
-    where nova allows it, shelve offload and unshelve), starting on each
-    generation's host: after each, the disk's blocks are all reserved
-    (st_blocks at least its virtual size) on the host it is on. Each step's
-    figures are logged (tempest.log: "reservation walk").
+    the API can drive without taking a host down (stop and start, hard
+    reboot, snapshot, rebuild, resize to the other host, cold migration
+    back, block live migration where nova allows it, shelve offload and
+    unshelve), starting on each generation's host: after each, the disk's
+    blocks are all reserved (st_blocks at least its virtual size) on the
+    host it is on, and ``prealloc-backend report`` there says the disk is
+    at its policy. Each step's figures are recorded (reservation()). The
+    steps that take a host down or need another image are
+    PreallocEvacuateTest and PreallocGuestTrimTest; adoption is
+    PreallocAdoptTest's.
     """
 
     min_microversion = '2.84'
@@ -762,42 +847,29 @@ class PreallocReservationWalkTest(PreallocTwoHostsTest):
         if not CONF.compute_feature_enabled.shelve:
             raise cls.skipException('shelve is not enabled')
 
-    def check_reserved(self, server, step, size, rows):
-        server = self.admin_view(server['id'])
-        host = self.host_of(server)
-        path = host.disk_path(server['id'])
-        info = host.qemu_img_info(path)
-        st_size, allocated = host.stat(path)
-        unwritten = host.unwritten_bytes(path)
-        row = (step, server['OS-EXT-SRV-ATTR:host'], info['virtual-size'],
-               allocated, unwritten)
-        rows.append(row)
-        LOG.info('reservation walk: %s on %s: virtual %d, allocated %d, '
-                 'unwritten %d', *row)
-        what = 'after %s: %s (all so far: %s)' % (step, row, rows)
-        self.assertEqual(size, info['virtual-size'], what)
-        self.assertGreaterEqual(allocated, size, what)
+    def check_reserved(self, server, step, size, start):
+        self.assert_reserved(self.reservation(server, step, size,
+                                              walk=start))
 
     def _walk(self, start):
         other = [h for h in CONF.prealloc.host_modes if h != start]
         if not other:
             raise self.skipException('needs two hosts in [prealloc] '
                                      'host_modes')
-        rows = []
         flavor = self.flavor(**{'prealloc:mode': 'space'})
         bigger = self.flavor(disk=2, **{'prealloc:mode': 'space'})
         server = self.boot_on(flavor, start)
-        self.check_reserved(server, 'create', GiB, rows)
+        self.check_reserved(server, 'create', GiB, start)
         sid = server['id']
         client = self.admin_servers_client
         client.stop_server(sid)
         waiters.wait_for_server_status(client, sid, 'SHUTOFF')
         client.start_server(sid)
         waiters.wait_for_server_status(client, sid, 'ACTIVE')
-        self.check_reserved(server, 'stop/start', GiB, rows)
+        self.check_reserved(server, 'stop/start', GiB, start)
         client.reboot_server(sid, type='HARD')
         waiters.wait_for_server_status(client, sid, 'ACTIVE')
-        self.check_reserved(server, 'hard reboot', GiB, rows)
+        self.check_reserved(server, 'hard reboot', GiB, start)
         # The admin's server (nova:HOST): the admin's snapshot (2.45 and
         # later answer with its id).
         image_id = self.os_admin.compute_images_client.create_image(
@@ -807,18 +879,18 @@ class PreallocReservationWalkTest(PreallocTwoHostsTest):
         waiters.wait_for_image_status(self.os_admin.image_client_v2,
                                       image_id, 'active')
         waiters.wait_for_server_status(client, sid, 'ACTIVE')
-        self.check_reserved(server, 'snapshot', GiB, rows)
+        self.check_reserved(server, 'snapshot', GiB, start)
         client.rebuild_server(sid, CONF.compute.image_ref_alt)
         waiters.wait_for_server_status(client, sid, 'ACTIVE')
-        self.check_reserved(server, 'rebuild', GiB, rows)
+        self.check_reserved(server, 'rebuild', GiB, start)
         client.resize_server(sid, bigger['id'])
         waiters.wait_for_server_status(client, sid, 'VERIFY_RESIZE')
         client.confirm_resize_server(sid)
         waiters.wait_for_server_status(client, sid, 'ACTIVE')
-        self.check_reserved(server, 'resize', 2 * GiB, rows)
+        self.check_reserved(server, 'resize', 2 * GiB, start)
         here = self.get_host_for_server(sid)
         self.cold_migrate(server, start if here != start else other[0])
-        self.check_reserved(server, 'cold migration', 2 * GiB, rows)
+        self.check_reserved(server, 'cold migration', 2 * GiB, start)
         generations = self.older_and_newer()
         here = self.get_host_for_server(sid)
         if generations is None or here == generations[0]:
@@ -832,11 +904,11 @@ class PreallocReservationWalkTest(PreallocTwoHostsTest):
                    time.time() < deadline):
                 time.sleep(2)
             self.assertEqual(dest, self.get_host_for_server(sid))
-            self.check_reserved(server, 'live migration', 2 * GiB, rows)
+            self.check_reserved(server, 'live migration', 2 * GiB, start)
         compute.shelve_server(client, sid, force_shelve_offload=True)
         client.unshelve_server(sid)
         waiters.wait_for_server_status(client, sid, 'ACTIVE')
-        self.check_reserved(server, 'shelve/unshelve', 2 * GiB, rows)
+        self.check_reserved(server, 'shelve/unshelve', 2 * GiB, start)
 
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a70')
     def test_reservation_kept_from_the_first_host(self):
@@ -848,6 +920,243 @@ class PreallocReservationWalkTest(PreallocTwoHostsTest):
         if len(hosts) < 2:
             raise self.skipException('one host in [prealloc] host_modes')
         self._walk(hosts[1])
+
+
+def discard_no_unref_expected(host):
+    """Whether ``host`` has discard-no-unref: QEMU 8.1 or later
+    (``[prealloc] host_qemu_versions``), which the Debian releases the
+    test cloud runs pair with libvirt 9.5 or later (Debian 13: QEMU 10.0,
+    libvirt 11.3; Debian 12: QEMU 7.2, libvirt 9.0). The plugin reads it
+    from the host's own QEMU and libvirt; this is the test's own answer.
+    """
+    version = CONF.prealloc.host_qemu_versions.get(host)
+    if not version:
+        return None
+    return tuple(int(p) for p in version.split('.')[:2]) >= (8, 1)
+
+
+class PreallocGuestTrimTest(PreallocTwoHostsTest):
+    """A guest's TRIM through nova, on each host (each generation), with
+    the cloud's ``[libvirt] hw_disk_discard = unmap`` and the plugin's
+    ``guest_discard = keep`` (its default): the guest of ``[prealloc]
+    trim_image_ref`` writes 16 MiB of 0xaa at 128 MiB of its disk,
+    discards 512 MiB from there (blkdiscard), writes 4 MiB of zeros at
+    the start of the range, reports on its console and powers off.
+
+    What ``keep`` promises (doc/source/admin/discard.rst): a disk of mode
+    space keeps every block it reserved and the guest still reads its
+    0xaa (``discard='ignore'``); a disk of mode metadata on a host with
+    discard-no-unref reads zeros in the range and keeps every cluster
+    where it was (``discard='unmap' discard_no_unref='on'``), elsewhere
+    the TRIM is ignored.
+    """
+
+    @classmethod
+    def skip_checks(cls):
+        super().skip_checks()
+        if not CONF.prealloc.trim_image_ref:
+            raise cls.skipException('[prealloc] trim_image_ref is not set')
+
+    TRIM_START = 128 * MiB
+    TRIM_END = (128 + 512) * MiB
+
+    def trim(self, host, mode):
+        """A server of mode ``mode`` on ``host`` from the TRIM image, once
+        its guest has reported and powered off: (server, the report's
+        fields, the disk's <driver> element).
+        """
+        flavor = self.flavor(**{'prealloc:mode': mode})
+        # The guest powers off once it has reported: wait for SHUTOFF,
+        # never ACTIVE (it may be gone before a waiter sees it).
+        body = self.create_test_server(
+            clients=self.os_admin, flavor=flavor['id'],
+            image_id=CONF.prealloc.trim_image_ref, wait_until=None,
+            availability_zone='nova:%s' % host)
+        waiters.wait_for_server_status(self.admin_servers_client,
+                                       body['id'], 'SHUTOFF')
+        server = self.admin_view(body['id'])
+        self.assertEqual(host, server['OS-EXT-SRV-ATTR:host'])
+        target = self.host_of(server)
+        console = target.run(['cat', '%s/%s/console.log' % (
+            CONF.prealloc.instances_path.rstrip('/'), server['id'])]).stdout
+        report = {}
+        for line in console.splitlines():
+            words = line.strip().split()
+            if words[:2] == ['PREALLOC-GUEST', 'trim']:
+                report = dict(w.split('=', 1) for w in words[2:] if '=' in w)
+        what = '%s on %s, mode %s: console %s' % (server['id'], host, mode,
+                                                  console[-3000:])
+        self.assertEqual(('0', '0', '0', '0'),
+                         (report.get('rc'), report.get('write_rc'),
+                          report.get('fill_rc'), report.get('again')), what)
+        driver = target.domain_disk_driver(
+            server['OS-EXT-SRV-ATTR:instance_name'],
+            target.disk_path(server['id']))
+        return server, report, driver
+
+    def own_clusters_in_range(self, server):
+        """The ranges of the trimmed range ``qemu-img map`` says the
+        overlay itself holds, with their host offsets, and the bytes of
+        the range they cover.
+        """
+        target = self.host_of(server)
+        out = json.loads(target.run(
+            ['qemu-img', 'map', '-f', 'qcow2', '--force-share',
+             '--output=json', target.disk_path(server['id'])]).stdout)
+        own = [r for r in out if r['depth'] == 0 and
+               r['start'] < self.TRIM_END and
+               r['start'] + r['length'] > self.TRIM_START]
+        covered = sum(min(self.TRIM_END, r['start'] + r['length']) -
+                      max(self.TRIM_START, r['start']) for r in own)
+        return own, covered
+
+    def _trim_on(self, host):
+        no_unref = discard_no_unref_expected(host)
+        if no_unref is None:
+            raise self.skipException('[prealloc] host_qemu_versions does '
+                                     'not give the QEMU of %s' % host)
+        # Mode space: the TRIM is ignored, every block stays reserved and
+        # the guest reads what it wrote.
+        server, report, driver = self.trim(host, 'space')
+        what = '%s, space: %s, <driver %s>' % (host, report,
+                                               dict(driver.attrib))
+        self.assertEqual(('ignore', None), (driver.get('discard'),
+                                            driver.get('discard_no_unref')),
+                         what)
+        self.assertEqual('no', report.get('zeroed'), what)
+        self.assert_reserved(self.reservation(server, 'guest TRIM'))
+        # Mode metadata: zeros and the layout kept where the host has
+        # discard-no-unref, the TRIM ignored elsewhere.
+        server, report, driver = self.trim(host, 'metadata')
+        what = '%s, metadata: %s, <driver %s>' % (host, report,
+                                                  dict(driver.attrib))
+        own, covered = self.own_clusters_in_range(server)
+        if no_unref:
+            self.assertEqual(('unmap', 'on'),
+                             (driver.get('discard'),
+                              driver.get('discard_no_unref')), what)
+            self.assertEqual('yes', report.get('zeroed'), what)
+            # Every cluster of the range still the overlay's, at an
+            # offset: none was freed to the filesystem.
+            self.assertEqual(self.TRIM_END - self.TRIM_START, covered,
+                             '%s: %s' % (what, own))
+            self.assertEqual([], [r for r in own if 'offset' not in r],
+                             what)
+        else:
+            self.assertEqual(('ignore', None),
+                             (driver.get('discard'),
+                              driver.get('discard_no_unref')), what)
+            self.assertEqual('no', report.get('zeroed'), what)
+        row = self.reservation(server, 'guest TRIM')
+        self.assertEqual('metadata', row['report_mode'], row)
+        self.assertEqual(1.0, row['report_at_policy'], row)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a72')
+    def test_guest_trim_on_the_first_host(self):
+        self._trim_on(sorted(CONF.prealloc.host_modes)[0])
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a73')
+    def test_guest_trim_on_the_second_host(self):
+        hosts = sorted(CONF.prealloc.host_modes)
+        if len(hosts) < 2:
+            raise self.skipException('one host in [prealloc] host_modes')
+        self._trim_on(hosts[1])
+
+
+@decorators.serial
+class PreallocEvacuateTest(PreallocTwoHostsTest):
+    """Evacuation from each host to the other: a server of mode space on
+    a host whose nova-compute stops (``[prealloc]
+    compute_restart_command --stop``; its guest runs on), the service
+    forced down in nova's API, the server evacuated to the other host
+    (rebuilt there from its image: the destination's plugin makes the
+    disk), then the host's nova-compute started again, which removes the
+    evacuated guest's disk (nova's init_host), and the service forced up.
+    The disk on the destination keeps every block of its mode (recorded:
+    reservation()). A serial test: no other test may find a host down.
+    """
+
+    @classmethod
+    def skip_checks(cls):
+        super().skip_checks()
+        if not CONF.prealloc.compute_restart_command:
+            raise cls.skipException(
+                '[prealloc] compute_restart_command is not set')
+
+    def service_id(self, host):
+        services = self.os_admin.services_client.list_services(
+            binary='nova-compute', host=host)['services']
+        self.assertEqual(1, len(services), services)
+        return services[0]['id']
+
+    def wait_for_service(self, host, state):
+        deadline = time.time() + 120
+        while True:
+            services = self.os_admin.services_client.list_services(
+                binary='nova-compute', host=host)['services']
+            if [s['state'] for s in services] == [state]:
+                return
+            if time.time() > deadline:
+                self.fail('nova-compute of %s not %s after 120 s: %s'
+                          % (host, state, services))
+            time.sleep(2)
+
+    def host_back(self, host):
+        """nova-compute started again, then the service forced up: nova
+        refuses that until the restarted service has completed the
+        host's evacuations (its init_host), so it is retried meanwhile.
+        """
+        if host not in self.down:
+            return
+        self.restart_compute(host)
+        service_id = self.service_id(host)
+        deadline = time.time() + 120
+        while True:
+            try:
+                self.os_admin.services_client.update_service(
+                    service_id, forced_down=False)
+                break
+            except lib_exc.BadRequest:
+                if time.time() > deadline:
+                    raise
+                time.sleep(2)
+        self.wait_for_service(host, 'up')
+        self.down.remove(host)
+
+    def _evacuate(self, source, dest):
+        server = self.boot_on(self.flavor(**{'prealloc:mode': 'space'}),
+                              source)
+        self.assert_reserved(self.reservation(server, 'create'))
+        old = compute_host.ComputeHost(source)
+        path = old.disk_path(server['id'])
+        self.down.add(source)
+        self.addCleanup(self.host_back, source)
+        self.restart_compute(source, '--stop')
+        self.os_admin.services_client.update_service(
+            self.service_id(source), forced_down=True)
+        self.wait_for_service(source, 'down')
+        self.admin_servers_client.evacuate_server(server['id'], host=dest)
+        waiters.wait_for_server_status(self.admin_servers_client,
+                                       server['id'], 'ACTIVE')
+        self.assertEqual(dest, self.get_host_for_server(server['id']))
+        self.assert_reserved(self.reservation(server, 'evacuation'))
+        # The source, started again, removes what it held of the guest.
+        self.host_back(source)
+        deadline = time.time() + 120
+        while old.exists(path) and time.time() < deadline:
+            time.sleep(2)
+        self.assertFalse(old.exists(path),
+                         '%s still on %s after its nova-compute started'
+                         % (path, source))
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a74')
+    def test_evacuation_both_ways_keeps_space(self):
+        self.down = set()
+        hosts = sorted(CONF.prealloc.host_modes)
+        if len(hosts) < 2:
+            raise self.skipException('one host in [prealloc] host_modes')
+        self._evacuate(hosts[0], hosts[1])
+        self._evacuate(hosts[1], hosts[0])
 
 
 class PreallocExtraSpecsTest(base.BaseV2ComputeAdminTest):
@@ -933,14 +1242,6 @@ class PreallocAdoptTest(PreallocTwoHostsTest):
     serial test: no other test runs while a nova-compute restarts.
     """
 
-    def restart_compute(self, host, mode=None):
-        argv = (shlex.split(CONF.prealloc.compute_restart_command) +
-                [host] + (['--mode', mode] if mode else []))
-        proc = subprocess.run(argv, capture_output=True, text=True,
-                              timeout=300)
-        self.assertEqual(0, proc.returncode, '%s: %s%s' % (
-            argv, proc.stdout, proc.stderr))
-
     def adopt(self, server, mode):
         host = self.host_of(server)
         override = '/tmp/prealloc-adopt-%s.conf' % server['id']
@@ -957,19 +1258,23 @@ class PreallocAdoptTest(PreallocTwoHostsTest):
         self.assertEqual(0, proc.returncode, proc.stdout + proc.stderr)
         return proc.stdout
 
-    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a50')
-    def test_adopted_disk_live_migrates_and_resizes(self):
-        thick, thin = self.thick_and_thin()
+    def adopted_on(self, name):
+        """A server booted in mode none on host ``name`` (its nova-compute
+        restarted in mode none for the boot, then in its own; without
+        ``[prealloc] compute_restart_command`` in the host's own mode),
+        then adopted live in mode space: its disk reserved, the guest's
+        data the same, recorded (reservation(), step adoption).
+        """
         if CONF.prealloc.compute_restart_command:
             mode = 'none'
             try:
-                self.restart_compute(thin, mode)
-                server = self.boot_on(self.flavor(), thin)
+                self.restart_compute(name, '--mode', mode)
+                server = self.boot_on(self.flavor(), name)
             finally:
-                self.restart_compute(thin)
+                self.restart_compute(name)
         else:
-            mode = self.host_mode(thin)
-            server = self.boot_on(self.flavor(), thin)
+            mode = self.host_mode(name)
+            server = self.boot_on(self.flavor(), name)
         self.assert_disk(server, mode, GiB)
         host = self.host_of(server)
         path = host.disk_path(server['id'])
@@ -980,15 +1285,17 @@ class PreallocAdoptTest(PreallocTwoHostsTest):
         self.assertIn('adopted live', out)
         self.assert_disk(self.admin_view(server['id']), 'space', GiB)
         self.assertEqual(data, host.guest_md5(path))
+        row = self.reservation(server, 'adoption')
+        self.assertGreaterEqual(row['allocated'], row['virtual'], row)
         # Nothing of the command is left, and nova's records are free.
         self.assertIsNone(self.admin_view(server['id'])[
             'OS-EXT-STS:task_state'])
         # A second run finds the disk at policy.
         self.assertIn('at the policy of mode space', self.adopt(server,
                                                                 'space'))
-        # nova moves the adopted disk: the destination's mode is space.
-        self.live_migrate(server, thick)
-        self.assert_moved(server, thin, thick, 'space')
+        return server
+
+    def resize_to_space(self, server):
         bigger = self.flavor(disk=2, **{'prealloc:mode': 'space'})
         self.admin_servers_client.resize_server(server['id'], bigger['id'])
         waiters.wait_for_server_status(self.admin_servers_client,
@@ -997,6 +1304,139 @@ class PreallocAdoptTest(PreallocTwoHostsTest):
         waiters.wait_for_server_status(self.admin_servers_client,
                                        server['id'], 'ACTIVE')
         self.assert_disk(self.admin_view(server['id']), 'space', 2 * GiB)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a50')
+    def test_adopted_disk_live_migrates_and_resizes(self):
+        """Adopted on the host whose mode reserves nothing (the older
+        generation's in a fleet mid-upgrade), live migrated to the other.
+        """
+        thick, thin = self.thick_and_thin()
+        server = self.adopted_on(thin)
+        # nova moves the adopted disk: the destination's mode is space.
+        self.live_migrate(server, thick)
+        self.assert_moved(server, thin, thick, 'space')
+        self.resize_to_space(server)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a51')
+    def test_adopted_on_the_reserving_host_resizes(self):
+        """Adopted on the host whose mode reserves (the newer generation's
+        in a fleet mid-upgrade, from which nova live migrates to no older
+        host), then resized with a space flavor.
+        """
+        thick, _thin = self.thick_and_thin()
+        server = self.adopted_on(thick)
+        self.resize_to_space(server)
+
+
+@decorators.serial
+class PreallocLeavingTest(PreallocTwoHostsTest):
+    """Leaving the plugin (doc/source/install/upgrade.rst, "Removal"):
+    the host whose mode reserves nothing (in a fleet mid-upgrade the older
+    generation's) restarted as stock nova (``[prealloc] compute_restart_command
+    HOST --stock``: nova's own nova-compute, compute_driver =
+    libvirt.LibvirtDriver, no sudo rule for the plugin's daemon), and a
+    disk the plugin made there (mode space) through nova's operations:
+    stop and start, hard reboot, snapshot, a block live migration from it,
+    a cold migration back to it, a resize on it and a resize from it to
+    the other host; the guest's data and the disk's layout stay, and a new
+    server there gets stock nova's own overlay (the plugin is off). The
+    plugin comes back at the end. A serial test: no other test may meet a
+    host restarted as stock nova.
+    """
+
+    @classmethod
+    def skip_checks(cls):
+        super().skip_checks()
+        if not CONF.prealloc.compute_restart_command:
+            raise cls.skipException(
+                '[prealloc] compute_restart_command is not set')
+
+    def assert_plugin_layout(self, server, size):
+        """The disk the plugin made (extended_l2, its cluster) is still
+        one, at ``size``, every block still allocated where it was;
+        returns the guest's md5.
+        """
+        server = self.admin_view(server['id'])
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        info = host.qemu_img_info(path)
+        specific = info.get('format-specific', {}).get('data', {})
+        what = '%s on %s: %s' % (path, server['OS-EXT-SRV-ATTR:host'], info)
+        self.assertEqual(size, info['virtual-size'], what)
+        self.assertTrue(specific.get('extended-l2'), what)
+        self.assertEqual(PLUGIN_CLUSTER, info['cluster-size'], what)
+        return host.guest_md5(path)
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a75')
+    def test_stock_nova_runs_the_plugins_disks(self):
+        _thick, stock = self.thick_and_thin()
+        other = [h for h in CONF.prealloc.host_modes if h != stock][0]
+        client = self.admin_servers_client
+        server = self.boot_on(self.flavor(**{'prealloc:mode': 'space'}),
+                              stock)
+        sid = server['id']
+        self.assert_disk(server, 'space', GiB)
+        data = self.assert_plugin_layout(server, GiB)
+
+        self.addCleanup(self.restart_compute, stock)
+        self.restart_compute(stock, '--stock')
+        # The plugin is off: a new server there gets nova's own overlay.
+        fresh = self.boot_on(self.flavor(), stock)
+        target = self.host_of(fresh)
+        info = target.qemu_img_info(target.disk_path(fresh['id']))
+        self.assertFalse(info.get('format-specific', {}).get('data', {}).get(
+            'extended-l2', False), info)
+        self.assertEqual(QEMU_CLUSTER, info['cluster-size'], info)
+
+        client.stop_server(sid)
+        waiters.wait_for_server_status(client, sid, 'SHUTOFF')
+        client.start_server(sid)
+        waiters.wait_for_server_status(client, sid, 'ACTIVE')
+        client.reboot_server(sid, type='HARD')
+        waiters.wait_for_server_status(client, sid, 'ACTIVE')
+        self.assertEqual(data, self.assert_plugin_layout(server, GiB))
+        # Stock nova leaves the disk's blocks as they were.
+        self.assert_disk(self.admin_view(sid), 'space', GiB)
+
+        image_id = self.os_admin.compute_images_client.create_image(
+            sid, name='prealloc-leaving-%s' % sid)['image_id']
+        self.addCleanup(self.os_admin.image_client_v2.delete_image,
+                        image_id)
+        waiters.wait_for_image_status(self.os_admin.image_client_v2,
+                                      image_id, 'active')
+        waiters.wait_for_server_status(client, sid, 'ACTIVE')
+
+        # Out of the stock host live, back to it cold.
+        self.live_migrate(server, other)
+        self.assertEqual(data, self.assert_plugin_layout(server, GiB))
+        self.cold_migrate(server, stock)
+        self.assertEqual(stock, self.get_host_for_server(sid))
+        self.assertEqual(data, self.assert_plugin_layout(server, GiB))
+
+        # A resize stock nova does on that host (the flavor forbids the
+        # reserving hosts' trait): qemu-img resize of the plugin's disk.
+        self.resize(sid, self.flavor(disk=2, **{
+            'prealloc:mode': 'space',
+            'trait:CUSTOM_PREALLOC_RESERVING': 'forbidden'}))
+        self.assertEqual(stock, self.get_host_for_server(sid))
+        data = self.assert_plugin_layout(server, 2 * GiB)
+        # Out of it cold: a resize to a flavor only the other (reserving)
+        # host takes.
+        self.resize(sid, self.flavor(disk=2, **{
+            'prealloc:mode': 'space',
+            'trait:CUSTOM_PREALLOC_RESERVING': 'required'}))
+        self.assertEqual(other, self.get_host_for_server(sid))
+        self.assertEqual(data, self.assert_plugin_layout(server, 2 * GiB))
+        # A live migration back to the stock host: nova refuses it across
+        # generations (the newer to the older, PreallocGenerationsTest),
+        # and the flavor now requires the other host's trait.
+
+    def resize(self, sid, flavor):
+        client = self.admin_servers_client
+        client.resize_server(sid, flavor['id'])
+        waiters.wait_for_server_status(client, sid, 'VERIFY_RESIZE')
+        client.confirm_resize_server(sid)
+        waiters.wait_for_server_status(client, sid, 'ACTIVE')
 
 
 @decorators.serial
