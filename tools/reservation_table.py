@@ -20,9 +20,9 @@ before Tempest and prints with this script after it). Each line: the
 step, the host and its QEMU, the host's mode, the disk's virtual size, its
 allocated bytes (st_blocks), its unwritten bytes (filefrag) and what
 ``prealloc-backend report`` says of it there (its mode, allocated bytes,
-whether it is at its policy). "reserved" says whether the disk holds a
-block for every byte of its virtual size ("-" in a mode that reserves
-nothing: none, metadata).
+whether it is at its policy). "all blocks" says whether the disk holds a
+block for every byte of its virtual size, whatever its mode (a disk of
+mode metadata need not).
 
     python3 tools/reservation_table.py FILE
 
@@ -37,7 +37,7 @@ import sys
 MiB = 1024 ** 2
 
 COLUMNS = ('test', 'step', 'host (QEMU)', 'host mode', 'disk mode',
-           'virtual MiB', 'allocated MiB', 'unwritten MiB', 'reserved',
+           'virtual MiB', 'allocated MiB', 'unwritten MiB', 'all blocks',
            'report: at policy')
 
 
@@ -47,11 +47,8 @@ def _mib(value):
 
 def reserved(row):
     """Whether the disk holds a block for every byte of its virtual size
-    (st_blocks), or "-" where its mode reserves nothing (none,
-    metadata).
+    (st_blocks), whatever its mode ("?" without the figures).
     """
-    if row.get('report_mode') in ('none', 'metadata'):
-        return '-'
     allocated, virtual = row.get('allocated'), row.get('virtual')
     if allocated is None or virtual is None:
         return '?'

@@ -81,17 +81,19 @@ class TestReservationTable(base.TestCase):
              ['GuestTrim', 'guest TRIM', 'h2 (10.0.13)', 'space', 'space',
               '1024', '1024', '1020', 'yes', 'yes']], body)
 
-    def test_modes_that_reserve_nothing(self):
+    def test_all_blocks_whatever_the_mode(self):
         thin = row('PreallocGuestTrimTest.test_x', 'guest TRIM', 'h1',
                    4 * 1024 ** 2 + 8192)
         thin['report_mode'] = 'metadata'
+        full = row('PreallocAdoptTest.test_x', 'adoption', 'h1', GiB)
+        full['report_mode'] = 'metadata'
         unknown = row('PreallocGuestTrimTest.test_x', 'guest TRIM', 'h1',
                       GiB)
         unknown['allocated'] = None
-        proc = self.run_table([json.dumps(thin) + '\n',
-                               json.dumps(unknown) + '\n'])
+        proc = self.run_table([json.dumps(r) + '\n'
+                               for r in (thin, full, unknown)])
         self.assertEqual(0, proc.returncode, proc.stderr)
-        self.assertEqual(['-', '?'],
+        self.assertEqual(['no', '?', 'yes'],
                          [r[8] for r in self.body(proc.stdout)])
 
     def test_bad_line_named(self):
