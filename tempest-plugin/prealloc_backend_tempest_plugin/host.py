@@ -37,6 +37,33 @@ from tempest import config
 CONF = config.CONF
 
 
+# python3 -c READ_NOFOLLOW PATH: print the end of a regular file, every
+# component of PATH opened with O_NOFOLLOW from /.
+READ_NOFOLLOW = """
+import os, stat, sys
+parts = [p for p in sys.argv[1].split('/') if p]
+fd = os.open('/', os.O_RDONLY | os.O_DIRECTORY)
+try:
+    for name in parts[:-1]:
+        nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                      dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    try:
+        f = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
+                    dir_fd=fd)
+    except FileNotFoundError:
+        sys.exit(0)
+finally:
+    os.close(fd)
+st = os.fstat(f)
+if not stat.S_ISREG(st.st_mode):
+    sys.exit('not a regular file: %s' % sys.argv[1])
+os.lseek(f, max(0, st.st_size - 262144), os.SEEK_SET)
+sys.stdout.write(os.read(f, 262144).decode('utf-8', 'replace'))
+"""
+
+
 class HostCommandFailed(Exception):
     def __init__(self, argv, returncode, stdout, stderr):
         self.returncode = returncode
@@ -167,6 +194,17 @@ class ComputeHost(object):
 
     def remove(self, path):
         self.run(['rm', '-f', path])
+
+    def read_console(self, server_id):
+        """The last 256 KiB of the server's console log on the host, read
+        as root without following a link anywhere on its path (the
+        instance's directory is the nova user's: a link there must not
+        show root's files), only a regular file, never blocking ("" while
+        it does not exist).
+        """
+        path = '%s/%s/console.log' % (
+            CONF.prealloc.instances_path.rstrip('/'), server_id)
+        return self.run(['python3', '-c', READ_NOFOLLOW, path]).stdout
 
     def prealloc_report(self):
         """``prealloc-backend report --stdout`` with nova-compute's
