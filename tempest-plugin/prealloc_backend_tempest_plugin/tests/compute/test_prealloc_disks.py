@@ -497,6 +497,16 @@ class PreallocTwoHostsTest(PreallocHostTest):
         ordered = sorted(versions, key=versions.get)
         return ordered[0], ordered[-1]
 
+    def nth_host(self, index):
+        """The ``index``-th host of ``[prealloc] host_modes`` by name;
+        skips the test where there are not that many.
+        """
+        hosts = sorted(CONF.prealloc.host_modes)
+        if len(hosts) <= index:
+            raise self.skipException('%d host(s) in [prealloc] host_modes'
+                                     % len(hosts))
+        return hosts[index]
+
     def restart_compute(self, host, *args):
         """``[prealloc] compute_restart_command HOST ARGS...``
         (tools/cloud-compute): nova-compute of ``host`` restarted in its
@@ -913,14 +923,11 @@ class PreallocReservationWalkTest(PreallocTwoHostsTest):
 
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a70')
     def test_reservation_kept_from_the_first_host(self):
-        self._walk(sorted(CONF.prealloc.host_modes)[0])
+        self._walk(self.nth_host(0))
 
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a71')
     def test_reservation_kept_from_the_second_host(self):
-        hosts = sorted(CONF.prealloc.host_modes)
-        if len(hosts) < 2:
-            raise self.skipException('one host in [prealloc] host_modes')
-        self._walk(hosts[1])
+        self._walk(self.nth_host(1))
 
 
 def discard_no_unref_expected(host):
@@ -1067,14 +1074,11 @@ class PreallocGuestTrimTest(PreallocTwoHostsTest):
 
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a72')
     def test_guest_trim_on_the_first_host(self):
-        self._trim_on(sorted(CONF.prealloc.host_modes)[0])
+        self._trim_on(self.nth_host(0))
 
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a73')
     def test_guest_trim_on_the_second_host(self):
-        hosts = sorted(CONF.prealloc.host_modes)
-        if len(hosts) < 2:
-            raise self.skipException('one host in [prealloc] host_modes')
-        self._trim_on(hosts[1])
+        self._trim_on(self.nth_host(1))
 
 
 @decorators.serial
