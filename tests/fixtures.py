@@ -21,6 +21,7 @@ test starts the real daemon.
 import ast
 import ctypes
 import ctypes.util
+import errno
 import hashlib
 import mmap
 import os
@@ -546,16 +547,43 @@ def write_guest_qcow2_header(disk, scratch, size, backing=None,
 
 
 def contains(path, needle, chunk=4 * 1024 * 1024):
-    """``needle`` (bytes) occurs somewhere in the file at ``path``."""
-    tail = b''
-    with open(path, 'rb') as f:
-        while True:
-            block = f.read(chunk)
-            if not block:
-                return False
-            if needle in tail + block:
-                return True
-            tail = block[-len(needle):]
+    """``needle`` (bytes, not all zeros) occurs somewhere in the file at
+    ``path``. Only the file's data is read (SEEK_DATA, SEEK_HOLE; a
+    filesystem without them reports the whole file as data): a hole reads
+    as zeros, so a needle holding a byte that is not zero overlaps data
+    wherever it occurs, and each data range is read with ``len(needle) -
+    1`` bytes either side.
+    """
+    if not needle.strip(b'\0'):
+        raise ValueError('needle %r is all zeros: every hole holds it'
+                         % needle[:16])
+    margin = len(needle) - 1
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        offset = 0
+        while offset < size:
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:
+                    return False
+                raise
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            pos, stop = max(0, start - margin), min(size, end + margin)
+            tail = b''
+            while pos < stop:
+                block = os.pread(fd, min(chunk, stop - pos), pos)
+                if not block:
+                    break
+                if needle in tail + block:
+                    return True
+                tail = block[max(0, len(block) - margin):]
+                pos += len(block)
+            offset = end
+        return False
+    finally:
+        os.close(fd)
 
 
 def package_trees():
