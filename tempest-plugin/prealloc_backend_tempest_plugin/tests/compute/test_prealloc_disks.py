@@ -463,14 +463,16 @@ class PreallocTwoHostsTest(PreallocHostTest):
 
     def wait_for_migration(self, server):
         """The server's migrations once one is over (its own record says
-        when, and how).
+        when, and how: a live migration ends ``completed``, an evacuation
+        ``done``, either may fail).
         """
         deadline = time.time() + CONF.compute.build_timeout
         while True:
             migrations = self.os_admin.migrations_client.list_migrations(
                 instance_uuid=server['id'])['migrations']
             done = [m for m in migrations
-                    if m['status'] in ('completed', 'failed', 'error')]
+                    if m['status'] in ('completed', 'done', 'failed',
+                                       'error')]
             if done or time.time() > deadline:
                 return migrations
             time.sleep(2)
@@ -1154,6 +1156,12 @@ class PreallocEvacuateTest(PreallocTwoHostsTest):
             self.service_id(source), forced_down=True)
         self.wait_for_service(source, 'down')
         self.admin_servers_client.evacuate_server(server['id'], host=dest)
+        # The server is ACTIVE before the destination has made the guest
+        # its own (nova's finish_evacuation sets the host, then marks the
+        # evacuation done): its record, not its status, says when.
+        migrations = self.wait_for_migration(server)
+        self.assertEqual(['done'], [m['status'] for m in migrations],
+                         migrations)
         waiters.wait_for_server_status(self.admin_servers_client,
                                        server['id'], 'ACTIVE')
         self.assertEqual(dest, self.get_host_for_server(server['id']))
