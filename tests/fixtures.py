@@ -560,7 +560,11 @@ def contains(path, needle, chunk=4 * 1024 * 1024):
     margin = len(needle) - 1
     fd = os.open(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            # A device's st_size is 0: nothing would be read.
+            raise ValueError('%s is not a regular file' % path)
+        size = st.st_size
         offset = 0
         while offset < size:
             try:
@@ -576,9 +580,10 @@ def contains(path, needle, chunk=4 * 1024 * 1024):
                 block = os.pread(fd, min(chunk, stop - pos), pos)
                 if not block:
                     break
-                if needle in tail + block:
+                seen = tail + block
+                if needle in seen:
                     return True
-                tail = block[max(0, len(block) - margin):]
+                tail = seen[max(0, len(seen) - margin):]
                 pos += len(block)
             offset = end
         return False

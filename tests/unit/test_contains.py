@@ -55,6 +55,36 @@ class TestContains(base.TestCase):
             self.assertTrue(pb_fixtures.contains(path, b'NEEDLE', chunk=4096),
                             offset)
 
+    def test_reads_shorter_than_the_needle(self):
+        path = self.sparse([(8 * MiB, b'NEEDLE-OF-ELEVEN')])
+        for chunk in (1, 2, 5):
+            self.assertTrue(pb_fixtures.contains(path, b'NEEDLE-OF-ELEVEN',
+                                                 chunk=chunk), chunk)
+
+    def test_unwritten_extents_and_unflushed_data(self):
+        # fallocate's unwritten extents (what every reserving mode makes),
+        # then data written into them and not flushed.
+        fd, path = tempfile.mkstemp(dir=self.instances_path)
+        try:
+            os.ftruncate(fd, 64 * MiB)
+            os.posix_fallocate(fd, 16 * MiB, 16 * MiB)
+            os.pwrite(fd, b'NEEDLE', 20 * MiB + 7)
+        finally:
+            os.close(fd)
+        self.assertTrue(pb_fixtures.contains(path, b'NEEDLE'))
+
+    def test_needle_across_a_hole(self):
+        # Its two ends in two data ranges, a whole hole between them.
+        needle = b'A' * 10 + b'\0' * 8192 + b'B' * 10
+        path = self.sparse([(4 * MiB - 10, b'A' * 10),
+                            (4 * MiB + 8192, b'B' * 10)])
+        self.assertTrue(pb_fixtures.contains(path, needle))
+        self.assertFalse(pb_fixtures.contains(path, b'A' * 11))
+
+    def test_not_a_regular_file(self):
+        self.assertRaises(ValueError, pb_fixtures.contains, '/dev/null',
+                          b'NEEDLE')
+
     def test_needle_running_into_a_hole(self):
         # The data ends with the needle's first bytes; its zeros are the
         # hole that follows (data ranges are whole blocks: 4 KiB here).
