@@ -26,12 +26,14 @@ stestr run (``--combine``).
 
     python tempest_workers.py split --ids FILE --times FILE --workers N \\
         --out DIR
-        FILE: the test ids (``tempest run --list-tests``' output); writes
+        FILE: the test ids (``tempest run --list-tests``' output, nothing
+        else); writes
         DIR/parallel.txt and DIR/serial.txt (test ids, for ``--load-list``)
         and DIR/workers.yaml (``--worker-file``: each worker's classes) and
-        prints each worker's expected seconds. A class is serial when its
-        ``_serial`` attribute (set by tempest.lib.decorators.serial) is
-        true: run by Tempest's virtualenv, from Tempest's workspace.
+        prints each worker's expected seconds. A class is serial when
+        Tempest's lock takes it as one (``is_serial_execution_requested``,
+        tempest.lib.decorators.serial): run by Tempest's virtualenv, from
+        Tempest's workspace.
     python tempest_workers.py times < SUBUNIT
         the seconds of each class of a run's subunit v2 stream (``stestr
         last --subunit``), the file ``--times`` reads.
@@ -47,7 +49,10 @@ import sys
 # A class the times file does not name (a new one): about a small class
 # of the plugin's, one server or two.
 DEFAULT_SECONDS = 30.0
-TEST_ID = re.compile(r'^([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)\.(\w+)(\[.*\])?$')
+# pkg.module.Class.test, then Tempest's [id-...,attrs] and testscenarios'
+# (scenario) where present.
+TEST_ID = re.compile(
+    r'^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\.(\w+)(\[[^\]]*\])?(\(.*\))?$')
 
 
 def test_class(test_id):
@@ -59,8 +64,19 @@ def test_class(test_id):
 
 
 def read_ids(path):
+    """The test ids of ``path``, one a line (``stestr list`` prints nothing
+    else): a line that is not one is an error, never a test dropped.
+    """
+    ids = []
     with open(path) as f:
-        return [line.strip() for line in f if test_class(line)]
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if not test_class(line):
+                sys.exit('%s:%d: %r is not a test id' % (path, number,
+                                                          line.strip()))
+            ids.append(line.strip())
+    return ids
 
 
 def read_times(path):
@@ -89,6 +105,10 @@ def is_serial(class_path):
         print('tempest_workers: %s not imported (%s): run in parallel'
               % (class_path, e), file=sys.stderr)
         return False
+    # What Tempest's lock asks (tempest.test.BaseTestCase).
+    requested = getattr(cls, 'is_serial_execution_requested', None)
+    if requested is not None:
+        return bool(requested())
     return bool(getattr(cls, '_serial', False))
 
 
@@ -119,10 +139,12 @@ def split(args):
         by_class.setdefault(test_class(test_id), []).append(test_id)
     serial = [c for c in by_class if is_serial(c)]
     parallel = [c for c in by_class if c not in serial]
-    write_lines(os.path.join(args.out, 'parallel.txt'),
-                [i for c in parallel for i in by_class[c]])
-    write_lines(os.path.join(args.out, 'serial.txt'),
-                [i for c in serial for i in by_class[c]])
+    parallel_ids = [i for c in parallel for i in by_class[c]]
+    serial_ids = [i for c in serial for i in by_class[c]]
+    if sorted(parallel_ids + serial_ids) != sorted(ids):
+        sys.exit('tempest_workers: the split lost or repeated a test')
+    write_lines(os.path.join(args.out, 'parallel.txt'), parallel_ids)
+    write_lines(os.path.join(args.out, 'serial.txt'), serial_ids)
     dealt = deal(parallel, times, args.workers)
     # stestr's worker file: a YAML list of {worker: [regex, ...]}.
     with open(os.path.join(args.out, 'workers.yaml'), 'w') as f:

@@ -38,6 +38,10 @@ MODULE = textwrap.dedent('''
     class Base(object):
         _serial = False
 
+        @classmethod
+        def is_serial_execution_requested(cls):
+            return cls._serial
+
     def serial(cls):
         cls._serial = True
         return cls
@@ -60,6 +64,11 @@ MODULE = textwrap.dedent('''
 
     class Unknown(Base):
         pass
+
+    class ByMethod(Base):
+        @classmethod
+        def is_serial_execution_requested(cls):
+            return True
 ''')
 
 
@@ -107,14 +116,14 @@ class TestTempestWorkers(base.TestCase):
 
     def test_split(self):
         ids = '\n'.join([
-            'Some log line tempest printed',
             'fakeplugin.tests.Alone.test_a[id-1,smoke]',
             'fakeplugin.tests.AloneToo.test_b[id-2]',
             'fakeplugin.tests.Long.test_c[id-3]',
             'fakeplugin.tests.Long.test_d[id-4]',
             'fakeplugin.tests.Middle.test_e',
             'fakeplugin.tests.Short.test_f[id-6]',
-            'fakeplugin.tests.Unknown.test_g[id-7]',
+            'fakeplugin.tests.Unknown.test_g[id-7](scenario-1)',
+            'fakeplugin.tests.ByMethod.test_h',
         ]) + '\n'
         times = textwrap.dedent('''
             # seconds class
@@ -125,12 +134,14 @@ class TestTempestWorkers(base.TestCase):
         ''')
         parallel, serial, workers, out = self.split(ids, times)
         self.assertEqual(['fakeplugin.tests.Alone.test_a[id-1,smoke]',
-                          'fakeplugin.tests.AloneToo.test_b[id-2]'], serial)
+                          'fakeplugin.tests.AloneToo.test_b[id-2]',
+                          'fakeplugin.tests.ByMethod.test_h'], serial)
         self.assertEqual(['fakeplugin.tests.Long.test_c[id-3]',
                           'fakeplugin.tests.Long.test_d[id-4]',
                           'fakeplugin.tests.Middle.test_e',
                           'fakeplugin.tests.Short.test_f[id-6]',
-                          'fakeplugin.tests.Unknown.test_g[id-7]'], parallel)
+                          'fakeplugin.tests.Unknown.test_g[id-7](scenario-1)'],
+                         parallel)
         # The longest first, each to the least loaded: Long (100) alone;
         # Middle (60), Unknown (30 by default) and Short (10) together.
         picked = [[i for i in parallel
@@ -139,7 +150,8 @@ class TestTempestWorkers(base.TestCase):
         self.assertEqual([parallel[:2], parallel[2:]], picked)
         self.assertIn('worker 0: 1 classes, about 100 s', out)
         self.assertIn('worker 1: 3 classes, about 100 s', out)
-        self.assertIn('serial: 2 classes, about 80 s (Alone, AloneToo)', out)
+        self.assertIn('serial: 3 classes, about 110 s '
+                      '(Alone, AloneToo, ByMethod)', out)
 
     def test_a_class_named_like_the_start_of_another(self):
         # A worker's regex is its class's whole name, then a dot.
@@ -155,6 +167,21 @@ class TestTempestWorkers(base.TestCase):
                  if i.rpartition('.')[0] in expected],
                 [i for i in parallel if any(re.search(r, i)
                                             for r in worker)])
+
+    def test_a_line_not_a_test_id(self):
+        # stestr list prints ids only: anything else is an error, never a
+        # test left out.
+        out = os.path.join(self.dir, 'out')
+        os.mkdir(out)
+        proc = self.run_script(
+            'split', '--ids', self.write(
+                'ids.txt', 'fakeplugin.tests.Long.test_c\n'
+                'fakeplugin.tests.Long.test c\n'),
+            '--times', self.write('times.txt', ''),
+            '--workers', '2', '--out', out)
+        self.assertEqual(1, proc.returncode)
+        self.assertIn("ids.txt:2: 'fakeplugin.tests.Long.test c' is not a "
+                      'test id', proc.stderr.decode())
 
     def test_bad_times_line(self):
         out = os.path.join(self.dir, 'out')
