@@ -97,13 +97,20 @@ class TestTempestWorkers(base.TestCase):
             f.write(text)
         return path
 
-    def split(self, ids, times, workers=2):
+    def run_split(self, ids, times, workers=2):
+        """The script's split of ``ids`` by ``times`` (the files' texts):
+        (its process, the directory it wrote to).
+        """
         out = os.path.join(self.dir, 'out')
         os.mkdir(out)
         proc = self.run_script(
             'split', '--ids', self.write('ids.txt', ids),
             '--times', self.write('times.txt', times),
             '--workers', str(workers), '--out', out)
+        return proc, out
+
+    def split(self, ids, times, workers=2):
+        proc, out = self.run_split(ids, times, workers)
         self.assertEqual(0, proc.returncode, proc.stderr)
 
         def lines(name):
@@ -171,25 +178,14 @@ class TestTempestWorkers(base.TestCase):
     def test_a_line_not_a_test_id(self):
         # stestr list prints ids only: anything else is an error, never a
         # test left out.
-        out = os.path.join(self.dir, 'out')
-        os.mkdir(out)
-        proc = self.run_script(
-            'split', '--ids', self.write(
-                'ids.txt', 'fakeplugin.tests.Long.test_c\n'
-                'fakeplugin.tests.Long.test c\n'),
-            '--times', self.write('times.txt', ''),
-            '--workers', '2', '--out', out)
+        proc, _out = self.run_split('fakeplugin.tests.Long.test_c\n'
+                                    'fakeplugin.tests.Long.test c\n', '')
         self.assertEqual(1, proc.returncode)
         self.assertIn("ids.txt:2: 'fakeplugin.tests.Long.test c' is not a "
                       'test id', proc.stderr.decode())
 
     def test_bad_times_line(self):
-        out = os.path.join(self.dir, 'out')
-        os.mkdir(out)
-        proc = self.run_script(
-            'split', '--ids', self.write('ids.txt', ''),
-            '--times', self.write('times.txt', '12s fakeplugin.tests.Long\n'),
-            '--workers', '2', '--out', out)
+        proc, _out = self.run_split('', '12s fakeplugin.tests.Long\n')
         self.assertEqual(1, proc.returncode)
         self.assertIn("times.txt:1: '12s fakeplugin.tests.Long' is not "
                       '"SECONDS CLASS"', proc.stderr.decode())
