@@ -305,6 +305,7 @@ class PreallocRemakeTest(PreallocHostTest):
         self.assert_disk(self.admin_view(server['id']), 'full', GiB)
 
 
+@decorators.serial
 class PreallocNoRoomTest(PreallocHostTest):
     """A disk in mode space that no host has room for, from a flavor that
     does not require CUSTOM_PREALLOC_RESERVING: where the guarantee cannot
@@ -318,6 +319,11 @@ class PreallocNoRoomTest(PreallocHostTest):
     check of the free space refuses the disk (the flavor's mode) before
     any fallocate(2) and asks nova to try another host; none is left and
     the server goes to ERROR. One disk event, on that host, says why.
+
+    A serial test: its flavor is sized from the thin host's free space
+    read at its start, with a margin of 1 to 2 GiB, which another test's
+    server leaving that host (or the holes dug in a disk copied there)
+    would free meanwhile.
     """
 
     # Event details (2.84) and hosts (2.62).
@@ -350,7 +356,13 @@ class PreallocNoRoomTest(PreallocHostTest):
                                        wait_until=None)
         waiters.wait_for_server_status(self.servers_client, body['id'],
                                        'ERROR', raise_on_error=False)
+        # nova saves vm_state ERROR, then the fault
+        # (nova/scheduler/utils.py set_vm_state_and_notify).
         server = self.admin_view(body['id'])
+        deadline = time.time() + CONF.compute.build_timeout
+        while 'fault' not in server and time.time() < deadline:
+            time.sleep(CONF.compute.build_interval)
+            server = self.admin_view(body['id'])
         # The plugin asked nova to try another host (a property of this
         # host, not of the request): none had room.
         self.assertIn('Exceeded maximum number of retries',
@@ -635,6 +647,54 @@ class PreallocMigrationTest(PreallocTwoHostsTest):
                                        'ACTIVE')
         self.assert_moved(server, dest, source, self.host_mode(source))
 
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a42')
+    def test_live_block_migration_keeps_space(self):
+        """Mode space: after QEMU's mirror the destination's disk is still
+        all allocated, as unwritten extents (the mirror wrote no zeros and
+        punched no holes).
+        """
+        self._test_live_block_migration('space')
+
+    def _test_live_block_migration(self, mode):
+        generations = self.older_and_newer()
+        if generations:
+            # From the older generation to the newer: the only way nova
+            # live migrates (PreallocGenerationsTest has the other).
+            server = self.boot_on(self.flavor(**{'prealloc:mode': mode}),
+                                  generations[0])
+        else:
+            server = self.boot(self.flavor(**{'prealloc:mode': mode}))
+        source = server['OS-EXT-SRV-ATTR:host']
+        dest = self.other_host(server)
+        host = self.host_of(server)
+        path = host.disk_path(server['id'])
+        before = host.qemu_img_map(path)
+        data = host.guest_md5(path)
+        self.live_migrate(server, dest)
+        after = self.assert_moved(server, source, dest, mode)
+        # The guest sees the same disk, range by range, allocated the
+        # same way, and the same bytes (the guest writes nothing).
+        self.assertEqual(before, after)
+        self.assertEqual(data, compute_host.ComputeHost(dest).guest_md5(
+            path))
+
+    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a43')
+    def test_live_block_migration_keeps_full(self):
+        """Mode full: the destination's disk is still all written zeros
+        after the mirror (no extent left unwritten or unmapped).
+        """
+        self._test_live_block_migration('full')
+
+
+@decorators.serial
+class PreallocMigrationNoRoomTest(PreallocTwoHostsTest):
+    """A block live migration to a host that cannot reserve the disk: see
+    PreallocTwoHostsTest. A serial test: its flavor is sized from the
+    reserving host's free space read at its start, with a margin under
+    1 GiB, which another test's server leaving that host would free
+    meanwhile (placement would then offer it).
+    """
+
     @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a45')
     def test_live_migration_refused_without_room(self):
         """A server whose disk is thin on its host (mode metadata) and
@@ -674,44 +734,6 @@ class PreallocMigrationTest(PreallocTwoHostsTest):
                      if e['event'] == 'conductor_live_migrate_instance']
         self.assertEqual(['Error'], [e['result'] for e in conductor],
                          events)
-
-    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a42')
-    def test_live_block_migration_keeps_space(self):
-        """Mode space: after QEMU's mirror the destination's disk is still
-        all allocated, as unwritten extents (the mirror wrote no zeros and
-        punched no holes).
-        """
-        self._test_live_block_migration('space')
-
-    def _test_live_block_migration(self, mode):
-        generations = self.older_and_newer()
-        if generations:
-            # From the older generation to the newer: the only way nova
-            # live migrates (PreallocGenerationsTest has the other).
-            server = self.boot_on(self.flavor(**{'prealloc:mode': mode}),
-                                  generations[0])
-        else:
-            server = self.boot(self.flavor(**{'prealloc:mode': mode}))
-        source = server['OS-EXT-SRV-ATTR:host']
-        dest = self.other_host(server)
-        host = self.host_of(server)
-        path = host.disk_path(server['id'])
-        before = host.qemu_img_map(path)
-        data = host.guest_md5(path)
-        self.live_migrate(server, dest)
-        after = self.assert_moved(server, source, dest, mode)
-        # The guest sees the same disk, range by range, allocated the
-        # same way, and the same bytes (the guest writes nothing).
-        self.assertEqual(before, after)
-        self.assertEqual(data, compute_host.ComputeHost(dest).guest_md5(
-            path))
-
-    @decorators.idempotent_id('6c1f0e84-6a1e-4d38-9a55-2f0c8b1e0a43')
-    def test_live_block_migration_keeps_full(self):
-        """Mode full: the destination's disk is still all written zeros
-        after the mirror (no extent left unwritten or unmapped).
-        """
-        self._test_live_block_migration('full')
 
 
 class PreallocGenerationsTest(PreallocTwoHostsTest):
