@@ -266,6 +266,10 @@ class TestEvacuateNoRoom(_MigrateMixin, multihost.MultiHostTestBase):
         server = self._wait_for_server_parameter(
             server, {'status': status, 'OS-EXT-STS:task_state': None})
         self.assertEqual('src', server['OS-EXT-SRV-ATTR:host'])
+        # nova saves the task state before the event's result
+        # (_error_out_instance_on_exception, then wrap_instance_event).
+        self._wait_for_instance_action_event(
+            server, 'evacuate', 'compute_rebuild_instance', 'Error')
         events = self.action_events(server, 'evacuate')
         self.assertEqual('Error', events['compute_rebuild_instance']['result'])
         disks = events['compute_prealloc_disks']

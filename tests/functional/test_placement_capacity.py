@@ -238,6 +238,10 @@ class TestMovesRefused(PlacementCapacityBase):
         server = self._wait_for_server_parameter(
             self.server, {'status': 'ACTIVE', 'OS-EXT-STS:task_state': None})
         self.assertEqual('src', server['OS-EXT-SRV-ATTR:host'])
+        # The conductor saves the migration's error and the server's task,
+        # then the fault, and only then the event's result.
+        self._wait_for_instance_action_event(
+            server, action, 'conductor_migrate_server', 'Error')
         event = self.action_events(server, action)['conductor_migrate_server']
         self.assertEqual('Error', event['result'])
         self.assertIn('No valid host', event['details'])
