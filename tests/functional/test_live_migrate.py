@@ -25,6 +25,7 @@ own file, as pre_live_migration and the plugin made it.
 
 import os
 import re
+import time
 from unittest import mock
 
 from oslo_utils import units
@@ -307,6 +308,14 @@ class TestLiveMigrateNoRoom(_LiveMigrateBase):
                                side_effect=room_taken):
             self.live_migrate(server, 'dst', migration_state='failed')
         self.assertStayedOnSource(server, before)
+        # nova's pre_live_migration made the instance directory there;
+        # the rollback that removes it is a cast to the destination, sent
+        # before the migration is marked failed.
+        dst = self.scope.hosts['dst'].instances_path
+        deadline = time.monotonic() + 60
+        while (os.path.exists(os.path.join(dst, server['id'])) and
+               time.monotonic() < deadline):
+            time.sleep(0.2)
         self.assertNothingLeft(server, 'dst')
         events = self.action_events(server, 'live-migration')
         self.assertEqual('Success', events[
