@@ -313,8 +313,8 @@ class TestLiveMigrateNoRoom(_LiveMigrateBase):
         # before the migration is marked failed.
         dst = self.scope.hosts['dst'].instances_path
         deadline = time.monotonic() + 60
-        while (os.path.exists(os.path.join(dst, server['id'])) and
-               time.monotonic() < deadline):
+        while (any(name.startswith(server['id']) for name in os.listdir(dst))
+               and time.monotonic() < deadline):
             time.sleep(0.2)
         self.assertNothingLeft(server, 'dst')
         events = self.action_events(server, 'live-migration')

@@ -72,9 +72,11 @@ class TimeoutTestCase(base.TestCase):
             self.assertFalse(TIMEOUT.search(text), text)
 
 
-# Stands for the bench: records the signals it gets, ends on SIGTERM.
+# Stands for the bench: records the signals it gets, ends on SIGTERM (once
+# $GO exists, where the test sets it: run_stoppable's traps stay set until
+# it ends).
 CHILD = r'''
-import signal, sys, time
+import os, signal, sys, time
 got = []
 
 
@@ -87,6 +89,9 @@ signal.signal(signal.SIGTERM, term)
 print('ready', file=sys.stderr, flush=True)
 deadline = time.monotonic() + 10
 while not got and time.monotonic() < deadline:
+    time.sleep(0.01)
+go = os.environ.get('GO')
+while go and not os.path.exists(go) and time.monotonic() < deadline:
     time.sleep(0.01)
 print('got %s' % got)
 sys.exit(1)
@@ -104,8 +109,9 @@ class RunStoppableTestCase(base.TestCase):
 
     def run_script(self, *signals):
         out = os.path.join(self.instances_path, 'out')
+        go = os.path.join(self.instances_path, 'go')
         env = dict(os.environ, TOP=TOP, OUT=out, PYTHON=sys.executable,
-                   CHILD=CHILD)
+                   CHILD=CHILD, GO=go)
         proc = subprocess.Popen(['bash', '-c', SCRIPT], env=env,
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
@@ -115,12 +121,15 @@ class RunStoppableTestCase(base.TestCase):
         # To the script only, as `kill` or a supervisor would send it.
         for i, signum in enumerate(signals):
             proc.send_signal(signum)
-            if i + 1 < len(signals):
+            if i == 0:
                 # The next signal only once the script's trap ran (it
                 # decides, then stops the child): a fixed sleep let a
                 # starved box hold both pending, and bash runs pending
-                # traps in signal-number order.
+                # traps in signal-number order. The child ends only
+                # after the last one was sent, so each lands while the
+                # traps are set.
                 self.assertEqual('term\n', proc.stderr.readline())
+        open(go, 'w').close()
         stdout, stderr = proc.communicate(timeout=20)
         self.assertLess(time.monotonic() - started, 5, stderr)
         self.assertEqual(0, proc.returncode, stderr)
