@@ -15,19 +15,20 @@
 stestr deals a run's tests to its workers by the durations its repository
 holds (``.stestr/times.dbm``: the longest first, each to the worker with
 the least so far; tests it has no time for, in turn, after them). A fresh
-clone has none, and tools/run-tests clears the repository, so every CI
-run dealt the tests in turn, in name order: on 2 cores one worker of the
-real tier had 714 s of tests and the other 482 s. ``tools/test-times.txt``
-keeps the seconds of the tests that take a second or more, and run-tests
-puts them in the fresh repository before the first tier.
+clone has none, and tools/run-tests clears the repository;
+``tools/test-times.txt`` keeps the seconds of the tests that take a second
+or more, and run-tests puts them in the fresh repository before the first
+tier (doc/source/contributor/testing.rst).
 
     python3 tools/test_times.py seed FILE [TOP]
         make TOP/.stestr (TOP: the current directory), which must not
         exist, a repository holding FILE's times and no run
     python3 tools/test_times.py save [TOP] > FILE
-        the times of TOP/.stestr's repository (after a whole run of
-        README's test line): the tiers' tests of a second or more, the
-        longest first
+        the times of TOP/.stestr's repository: the tiers' tests of a
+        second or more, the longest first. Only after a whole run of
+        README's test line as root with every tier run: stestr keeps the
+        time of a skipped or failed test too, and a test no tier ran
+        keeps the seeded one
 
 Only the standard library: run-tests runs it before any virtualenv with
 stestr exists. stestr's file repository keeps its times in ``dbm.dumb``
@@ -74,6 +75,8 @@ def read(path):
 def seed(args):
     times = read(args.file)
     base = os.path.join(args.top, '.stestr')
+    if os.path.lexists(base):
+        sys.exit('%s exists: seed makes a new repository only' % base)
     # As stestr's RepositoryFactory.initialise: format 1, no run yet.
     os.mkdir(base)
     with open(os.path.join(base, 'format'), 'w') as f:
