@@ -629,14 +629,21 @@ class MultiHostTestBase(base.ServersTestBase):
         return self.api.get_server(server['id'])[
             'OS-EXT-SRV-ATTR:host']
 
-    def assertNothingLeft(self, server, host):
-        """No directory, disk, journal or temporary file of ``server`` on
-        ``host`` (after it left it); with shared storage, no ``_resize``
-        directory (the instance directory is the server's).
+    def left_on(self, server, host):
+        """The directories, disks, journals and temporary files of
+        ``server`` on ``host``; with shared storage, not the instance
+        directory (the server's), only ``_resize`` and the like.
         """
         root = self.scope.hosts[host].instances_path
         left = [name for name in os.listdir(root)
                 if name.startswith(server['id'])]
         if root == self.shared_path:
             left = [name for name in left if name != server['id']]
+        return left
+
+    def assertNothingLeft(self, server, host):
+        """Nothing of ``server`` left on ``host`` (after it left it):
+        left_on.
+        """
+        left = self.left_on(server, host)
         self.assertEqual([], left, 'left on %s: %s' % (host, left))

@@ -311,10 +311,8 @@ class TestLiveMigrateNoRoom(_LiveMigrateBase):
         # nova's pre_live_migration made the instance directory there;
         # the rollback that removes it is a cast to the destination, sent
         # before the migration is marked failed.
-        dst = self.scope.hosts['dst'].instances_path
         deadline = time.monotonic() + 60
-        while (any(name.startswith(server['id']) for name in os.listdir(dst))
-               and time.monotonic() < deadline):
+        while self.left_on(server, 'dst') and time.monotonic() < deadline:
             time.sleep(0.2)
         self.assertNothingLeft(server, 'dst')
         events = self.action_events(server, 'live-migration')
